@@ -1,0 +1,147 @@
+"""Wire protocol v1 and the metric catalog: the one list every reader uses.
+
+Plain Python, no Django: the agent builds batches from this module and the control plane
+imports it (never the other way round). Adding a metric is one entry in ``CATALOG``.
+
+A batch (agent -> ``POST /api/v1/ingest``)::
+
+    {"protocol": 1,
+     "agent": {"version", "boot_id", "seq", "spool"?},
+     "host": {inventory}?,                      # required in the first batch of a boot
+     "samples": [{"ts", "host": {...}, "gpus": [...], "engines": [...], "processes": [...]}]}
+
+Keys inside the sample entities are catalog names without the entity prefix. Counters travel
+as per-interval rates, histograms as per-interval bucket deltas; a metric a device does not
+support is absent, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+PROTOCOL_VERSION = 1
+
+Entity = Literal["host", "gpu", "engine", "proc"]
+Kind = Literal["gauge", "rate", "histogram"]
+
+# Wire key of each entity list inside a sample, and the key naming the entity in each item.
+SAMPLE_SECTIONS: dict[Entity, tuple[str, str | None]] = {
+    "host": ("host", None),
+    "gpu": ("gpus", "uuid"),
+    "engine": ("engines", "name"),
+    "proc": ("processes", "pid"),
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # dotted, stable, public: "gpu.util_pct"
+    unit: str  # "%", "bytes", "bytes/s", "W", "MHz", "°C", "ratio", "1/s", "s", "count", ...
+    kind: Kind
+    description: str
+    low: float | None = None  # smallest valid value, None = unbounded
+    high: float | None = None  # largest valid value
+    integer: bool = False  # must be an integer on the wire (bytes, counts, bitmasks)
+    array: bool = False  # a list of numbers (one per CPU core, ...)
+
+    @property
+    def entity(self) -> Entity:
+        return self.name.split(".", 1)[0]  # type: ignore[return-value]
+
+    @property
+    def key(self) -> str:
+        """The name as it appears on the wire, inside its entity."""
+        return self.name.split(".", 1)[1]
+
+
+def _pct(name: str, description: str, high: float | None = 100.0) -> Metric:
+    return Metric(name, "%", "gauge", description, low=0.0, high=high)
+
+
+def _bytes(name: str, description: str) -> Metric:
+    return Metric(name, "bytes", "gauge", description, low=0, integer=True)
+
+
+def _rate(name: str, unit: str, description: str) -> Metric:
+    return Metric(name, unit, "rate", description, low=0.0)
+
+
+def _histogram(name: str, description: str) -> Metric:
+    return Metric(name, "s", "histogram", description)
+
+
+CATALOG: tuple[Metric, ...] = (
+    # host
+    _pct("host.cpu_pct", "CPU busy time over the interval, all cores (100 = every core busy)"),
+    Metric("host.cpu_core_pct", "%", "gauge", "CPU busy time per core over the interval",
+           low=0.0, high=100.0, array=True),
+    Metric("host.load1", "", "gauge", "1-minute load average", low=0.0),
+    _bytes("host.mem_used_bytes", "Memory in use (total minus available)"),
+    _bytes("host.mem_total_bytes", "Physical memory"),
+    _bytes("host.swap_used_bytes", "Swap in use"),
+    _pct("host.cpu_throttled_pct",
+         "Share of cgroup v2 CPU periods in the interval that were throttled (cpu.stat)"),
+    _rate("host.net_rx_bps", "bytes/s", "Bytes received per second, all interfaces but loopback"),
+    _rate("host.net_tx_bps", "bytes/s", "Bytes sent per second, all interfaces but loopback"),
+    _rate("host.disk_read_bps", "bytes/s", "Bytes read from block devices per second"),
+    _rate("host.disk_write_bps", "bytes/s", "Bytes written to block devices per second"),
+    # gpu (NVML semantics)
+    _bytes("gpu.mem_used_bytes", "Framebuffer memory in use (NVML memory info v2 where available)"),
+    _bytes("gpu.mem_total_bytes", "Framebuffer memory"),
+    _pct("gpu.util_pct", "Share of the sample period a kernel was running (NVML utilization.gpu)"),
+    _pct("gpu.mem_util_pct",
+         "Share of the sample period device memory was read or written (NVML utilization.memory)"),
+    Metric("gpu.temp_c", "°C", "gauge", "GPU core temperature", low=-50.0, high=200.0),
+    Metric("gpu.power_w", "W", "gauge", "Power draw", low=0.0),
+    Metric("gpu.power_limit_w", "W", "gauge", "Enforced power limit", low=0.0),
+    Metric("gpu.sm_clock_mhz", "MHz", "gauge", "SM clock", low=0.0),
+    Metric("gpu.mem_clock_mhz", "MHz", "gauge", "Memory clock", low=0.0),
+    _rate("gpu.pcie_tx_bps", "bytes/s", "PCIe transmit throughput"),
+    _rate("gpu.pcie_rx_bps", "bytes/s", "PCIe receive throughput"),
+    Metric("gpu.throttle_reasons", "bitmask", "gauge",
+           "NVML clocks event (throttle) reasons bitmask", low=0, integer=True),
+    Metric("gpu.ecc_dbe_total", "count", "gauge",
+           "Uncorrected (double-bit) ECC errors, aggregate since manufacture", low=0, integer=True),
+    Metric("gpu.xid_last", "code", "gauge", "Most recent XID error code seen in the interval",
+           low=0, integer=True),
+    _pct("gpu.fan_pct", "Fan speed as a share of its maximum"),
+    # engine (vLLM)
+    Metric("engine.up", "bool", "gauge", "1 when the engine's /metrics answered", low=0, high=1,
+           integer=True),
+    Metric("engine.requests_running", "count", "gauge", "Requests in model execution batches",
+           low=0),
+    Metric("engine.requests_waiting", "count", "gauge", "Requests waiting to be scheduled", low=0),
+    Metric("engine.kv_cache_usage", "ratio", "gauge", "KV-cache usage, 0-1", low=0.0, high=1.0),
+    Metric("engine.prefix_cache_hit_rate", "ratio", "gauge",
+           "Prefix-cache hits / queries over the interval, 0-1", low=0.0, high=1.0),
+    _rate("engine.preemptions_per_s", "1/s", "Preemptions per second"),
+    _rate("engine.prompt_tokens_per_s", "tokens/s", "Prefill tokens processed per second"),
+    _rate("engine.generation_tokens_per_s", "tokens/s", "Generation tokens per second"),
+    _rate("engine.requests_finished_per_s", "1/s", "Requests finished per second"),
+    _rate("engine.admission_rejections_per_s", "1/s",
+          "Admission attempts rejected by a queue limit per second"),
+    _histogram("engine.ttft_seconds", "Time to first token"),
+    _histogram("engine.itl_seconds", "Inter-token latency"),
+    _histogram("engine.e2e_seconds", "End-to-end request latency"),
+    _histogram("engine.queue_seconds", "Time spent waiting in the queue"),
+    # process (the vLLM processes)
+    Metric("proc.cpu_pct", "%", "gauge", "Process CPU time over the interval (100 = one core)",
+           low=0.0),
+    _bytes("proc.rss_bytes", "Resident set size"),
+    _bytes("proc.gpu_mem_bytes", "GPU memory used by the process, all its GPUs"),
+    Metric("proc.threads", "count", "gauge", "Threads", low=0, integer=True),
+)
+
+METRICS: dict[str, Metric] = {m.name: m for m in CATALOG}
+
+# Process attributes that travel beside the proc.* metrics; they are not time series.
+PROCESS_ATTRIBUTES = ("cpu_affinity", "numa_nodes")
+
+
+def metrics_of(entity: Entity) -> tuple[Metric, ...]:
+    return tuple(m for m in CATALOG if m.entity == entity)
+
+
+def wire_keys(entity: Entity) -> dict[str, Metric]:
+    return {m.key: m for m in metrics_of(entity)}

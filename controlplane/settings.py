@@ -1,0 +1,186 @@
+"""Pitwall settings: everything comes from environment variables (see README, "Configuration").
+
+A bad value stops the process at start with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from controlplane.lib.env import (
+    database_from_url,
+    envbool,
+    envint,
+    envlist,
+    envsecret,
+    envstr,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = envbool("DEBUG", False)
+# No default outside DEBUG: a production deployment must bring its own secret.
+SECRET_KEY = envsecret("SECRET_KEY", "insecure-dev-only-key" if DEBUG else None)
+# Tokens are stored as HMACs keyed with this; rotate SECRET_KEY without invalidating them.
+TOKEN_HASH_KEY = envsecret("PITWALL_TOKEN_HASH_KEY", SECRET_KEY)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "controlplane.fleet",
+    "controlplane.telemetry",
+    "controlplane.api",
+    "controlplane.realtime",
+    "controlplane.web",
+]
+
+# Kept short on purpose: every entry costs CPU on every page and API request (DESIGN.md).
+# The ingest endpoint does not pass through it at all (controlplane/asgi.py).
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+ASGI_APPLICATION = "controlplane.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": {
+        **database_from_url(envstr("DATABASE_URL", "postgres://127.0.0.1:5432/pitwall")),
+        "CONN_MAX_AGE": envint("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+        "CONN_HEALTH_CHECKS": True,
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "web:fleet"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# Security: production defaults; `manage.py check --deploy` is clean with DEBUG off.
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/ingest$", r"^healthz$"]
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "controlplane.api.auth.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Pitwall API",
+    "DESCRIPTION": "Fleet telemetry for vLLM inference servers.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+}
+
+# Pitwall's own knobs.
+PITWALL = {
+    # Ingest: the largest request body accepted (after gzip decoding), in bytes.
+    "INGEST_MAX_BODY_BYTES": envint("PITWALL_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024),
+    # Ingest: a flush writes when this many rows wait or this many ms passed since the first.
+    "INGEST_FLUSH_ROWS": envint("PITWALL_INGEST_FLUSH_ROWS", 4000, minimum=1),
+    "INGEST_FLUSH_MS": envint("PITWALL_INGEST_FLUSH_MS", 20, minimum=0),
+    # A host, GPU or engine is online when it reported within this many seconds.
+    "ONLINE_WINDOW_S": envint("PITWALL_ONLINE_WINDOW_S", 30, minimum=1),
+    # Samples further in the future than this (clock skew) are refused.
+    "MAX_CLOCK_SKEW_S": envint("PITWALL_MAX_CLOCK_SKEW_S", 300, minimum=1),
+    # Daily partitions created ahead of time.
+    "PARTITIONS_AHEAD_DAYS": envint("PITWALL_PARTITIONS_AHEAD_DAYS", 3, minimum=1),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+}

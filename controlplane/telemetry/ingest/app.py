@@ -1,0 +1,150 @@
+"""``POST /api/v1/ingest`` as a bare ASGI app, outside Django's request cycle (see asgi.py).
+
+Per request: size limit, gzip, JSON (orjson), token -> host, validation against the catalog,
+inventory, rows, then the shared writer; the reply comes only after the rows are committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+
+import orjson
+from django.conf import settings
+from django.db import connections
+
+from controlplane.telemetry import partitions
+from controlplane.telemetry.ingest.copy import dsn_from_settings
+from controlplane.telemetry.ingest.errors import BadRequest
+from controlplane.telemetry.ingest.registry import Registry
+from controlplane.telemetry.ingest.rows import LayoutCache, build_rows, engines_seen
+from controlplane.telemetry.ingest.validate import Batch, parse_request
+from controlplane.telemetry.ingest.writer import StorageUnavailable, Work, Writer, due
+
+log = logging.getLogger(__name__)
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+
+
+class IngestApp:
+    def __init__(self) -> None:
+        conf = settings.PITWALL
+        self.max_body = conf["INGEST_MAX_BODY_BYTES"]
+        self.max_skew = conf["MAX_CLOCK_SKEW_S"]
+        self.writer = Writer(
+            dsn_from_settings(connections.databases["default"]),
+            conf["INGEST_FLUSH_ROWS"], conf["INGEST_FLUSH_MS"])
+        self.registry = Registry()
+        self.layouts = LayoutCache()
+        self.started = False
+
+    async def startup(self) -> None:
+        if not self.started:
+            self.started = True
+            await self.writer.start()
+
+    async def shutdown(self) -> None:
+        if self.started:
+            await self.writer.stop()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["method"] != "POST":
+            await _reply(send, 405, {"error": "use POST"}, [(b"allow", b"POST")])
+            return
+        await self.startup()  # servers without lifespan support start the writer here
+        try:
+            status, body = 200, await self._handle(scope, receive)
+        except BadRequest as exc:
+            status, body = exc.status, {"error": exc.message, "field": exc.field}
+        except StorageUnavailable as exc:
+            status, body = 503, {"error": f"storage unavailable, retry later: {exc}"}
+        await _reply(send, status, body)
+
+    async def _handle(self, scope, receive) -> dict:
+        headers = dict(scope["headers"])
+        host_id = await self.registry.authenticate(headers.get(b"authorization"))
+        raw = await self._read_body(headers, receive)
+        try:
+            parsed = parse_request(orjson.loads(raw))
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"the body is not valid JSON: {exc}") from None
+        self._check_clock(parsed.batches)
+        await self.layouts.resolve(parsed.batches)
+        work = [await self._work(host_id, batch) for batch in parsed.batches]
+        new = await self.writer.submit(work)
+        accepted = sum(len(b.samples) for b, is_new in zip(parsed.batches, new, strict=True)
+                       if is_new)
+        return {"accepted": accepted, "duplicates": new.count(False), "config_version": 0,
+                "ignored": sorted(parsed.ignored)}
+
+    async def _work(self, host_id: int, batch: Batch) -> Work:
+        state = await self.registry.prepare(host_id, batch)
+        now = time.monotonic()
+        touch_host = due(state.last_seen_written, now)
+        if touch_host:
+            state.last_seen_written = now
+        touch_engines = []
+        for engine_id in engines_seen(state, batch):
+            if due(state.engines_seen_written.get(engine_id, 0.0), now):
+                state.engines_seen_written[engine_id] = now
+                touch_engines.append(engine_id)
+        return Work(
+            host_id=host_id, boot_id=batch.boot_id, seq=batch.seq,
+            agent_version=batch.agent_version,
+            rows=build_rows(state, batch, self.layouts.ids),
+            days={partitions.day_of(s["ts"]) for s in batch.samples},
+            evicted_batches=batch.evicted_batches, evicted_samples=batch.evicted_samples,
+            touch_host=touch_host, touch_engines=tuple(touch_engines))
+
+    def _check_clock(self, batches: list[Batch]) -> None:
+        limit = time.time() + self.max_skew
+        for batch in batches:
+            for i, sample in enumerate(batch.samples):
+                if sample["ts"] > limit:
+                    field = f"{batch.path + '.' if batch.path else ''}samples[{i}].ts"
+                    raise BadRequest(
+                        f"ts is {sample['ts'] - time.time():.0f} s in the future; check the "
+                        f"agent's clock (NTP)", field)
+
+    async def _read_body(self, headers: dict, receive) -> bytes:
+        ctype = headers.get(b"content-type", b"application/json").split(b";")[0].strip()
+        if ctype != b"application/json":
+            raise BadRequest("Content-Type must be application/json", status=415)
+        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
+        if encoding not in (b"identity", b"gzip"):
+            raise BadRequest("Content-Encoding must be gzip or absent", status=415)
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            raise BadRequest(f"the body is over the {self.max_body}-byte limit", status=413)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise BadRequest("the client went away", status=400)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise BadRequest(f"the body is over the {self.max_body}-byte limit", status=413)
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        raw = b"".join(chunks)
+        return _gunzip(raw, self.max_body) if encoding == b"gzip" else raw
+
+
+def _gunzip(raw: bytes, limit: int) -> bytes:
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        raise BadRequest(f"the gzip body is corrupt: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise BadRequest(f"the decompressed body is over the {limit}-byte limit", status=413)
+    return out
+
+
+async def _reply(send, status: int, body: dict, extra: list | None = None) -> None:
+    payload = orjson.dumps(body)
+    headers = [*JSON_HEADERS, (b"content-length", str(len(payload)).encode()), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,74 @@
+"""Binary COPY into the sample tables, with timestamps sent as unix seconds.
+
+Agents send ``ts`` as float unix seconds. Turning each into a ``datetime`` only for psycopg to
+turn it back into microseconds would cost more than the rest of the row, so the COPY
+connection dumps floats straight into PostgreSQL's binary timestamptz (microseconds since
+2000-01-01).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import psycopg
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+
+from controlplane.telemetry.schema import TABLES
+
+PG_EPOCH = 946684800.0  # 2000-01-01T00:00:00Z in unix seconds
+_pack = struct.Struct(">q").pack
+TIMESTAMPTZ_OID = 1184
+
+
+class UnixSecondsDumper(Dumper):
+    format = Format.BINARY
+    oid = TIMESTAMPTZ_OID
+
+    def dump(self, obj: float) -> bytes:
+        return _pack(round((obj - PG_EPOCH) * 1_000_000))
+
+
+class _UnixSeconds(float):
+    """Marker type: registering a dumper for it installs the dumper for the timestamptz oid."""
+
+
+_TABLES = {t.name: t for t in TABLES.values()}
+_COLUMN_LISTS = {t.name: ", ".join(c.name for c in t.all_columns) for t in TABLES.values()}
+_TYPES = {t.name: [c.sql_type for c in t.all_columns] for t in TABLES.values()}
+
+
+async def make_copy_connection(dsn: str) -> psycopg.AsyncConnection:
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    conn.adapters.register_dumper(_UnixSeconds, UnixSecondsDumper)
+    return conn
+
+
+async def copy_rows(conn, table: str, rows: list[tuple], conflict_safe: bool = False) -> None:
+    """COPY rows into ``table``; with ``conflict_safe`` skip rows whose key already exists."""
+    target = table
+    async with conn.cursor() as cur:
+        if conflict_safe:
+            target = f"pitwall_stage_{table}"
+            await cur.execute(
+                f"CREATE TEMP TABLE IF NOT EXISTS {target}"
+                f" (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+        async with cur.copy(
+            f"COPY {target} ({_COLUMN_LISTS[table]}) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(_TYPES[table])
+            for row in rows:
+                await copy.write_row(row)
+        if conflict_safe:
+            pk = ", ".join(_TABLES[table].primary_key)
+            await cur.execute(
+                f"INSERT INTO {table} ({_COLUMN_LISTS[table]})"
+                f" SELECT DISTINCT ON ({pk}) {_COLUMN_LISTS[table]} FROM {target}"
+                f" ON CONFLICT ({pk}) DO NOTHING")
+
+
+def dsn_from_settings(db: dict) -> str:
+    """A libpq connection string from Django's DATABASES entry."""
+    parts = {"dbname": db["NAME"], "user": db.get("USER"), "password": db.get("PASSWORD"),
+             "host": db.get("HOST"), "port": db.get("PORT"), **db.get("OPTIONS", {})}
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in parts.items() if v})

@@ -1,0 +1,264 @@
+"""Validation of protocol-v1 request bodies, driven by the metric catalog.
+
+Pure Python and fast: it runs once per value on the ingest hot path. Every refusal names the
+field (``samples[3].gpus[1].util_pct``) and refuses the whole request; nothing is stored.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from agents.protocol import PROCESS_ATTRIBUTES, PROTOCOL_VERSION, Metric, wire_keys
+from controlplane.telemetry.ingest.errors import BadRequest, join
+from controlplane.telemetry.ingest.inventory_schema import check_inventory
+
+NUMBER = (int, float)
+HOST_KEYS = wire_keys("host")
+GPU_KEYS = wire_keys("gpu")
+ENGINE_KEYS = wire_keys("engine")
+PROC_KEYS = wire_keys("proc")
+MAX_BATCHES = 2000
+MAX_SAMPLES = 10000
+MAX_ENTITIES = 4096  # per kind per sample
+MAX_BUCKETS = 256
+
+
+@dataclass
+class Batch:
+    boot_id: uuid.UUID
+    seq: int
+    agent_version: str
+    inventory: dict | None
+    samples: list[dict]
+    evicted_batches: int = 0
+    evicted_samples: int = 0
+    path: str = ""  # "" or "batches[i]": where this batch sits in the request, for messages
+
+
+@dataclass
+class Parsed:
+    batches: list[Batch]
+    ignored: set[str] = field(default_factory=set)  # unknown metric names, "gpu.foo"
+
+
+def _require(obj: dict, key: str, kind: type | tuple, path: str, what: str):
+    value = obj.get(key)
+    if value is None:
+        raise BadRequest(f"{what} is required", join(path, key))
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise BadRequest(f"{what} must be {_kind_name(kind)}", join(path, key))
+    return value
+
+
+def _kind_name(kind: type | tuple) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer",
+             NUMBER: "a number", bool: "true or false"}
+    return names.get(kind, str(kind))
+
+
+def parse_request(body: object) -> Parsed:
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    parsed = Parsed([])
+    if "batches" in body:
+        _check_protocol(body, "")
+        batches = _require(body, "batches", list, "", "batches")
+        if not batches or len(batches) > MAX_BATCHES:
+            raise BadRequest(f"batches must hold 1 to {MAX_BATCHES} batches", "batches")
+        for i, item in enumerate(batches):
+            parsed.batches.append(_batch(item, f"batches[{i}]", parsed.ignored))
+    else:
+        parsed.batches.append(_batch(body, "", parsed.ignored))
+    return parsed
+
+
+def _check_protocol(obj: dict, path: str) -> None:
+    version = obj.get("protocol")
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
+        raise BadRequest(
+            f"unsupported protocol version {version!r}; this server speaks {PROTOCOL_VERSION}",
+            join(path, "protocol"),
+        )
+
+
+def _batch(obj: object, path: str, ignored: set[str]) -> Batch:
+    if not isinstance(obj, dict):
+        raise BadRequest("a batch must be an object", path)
+    _check_protocol(obj, path)
+    agent = _require(obj, "agent", dict, path, "agent")
+    apath = join(path, "agent")
+    boot_text = _require(agent, "boot_id", str, apath, "boot_id")
+    try:
+        boot_id = uuid.UUID(boot_text)
+    except ValueError:
+        raise BadRequest("boot_id must be a UUID", join(apath, "boot_id")) from None
+    seq = _require(agent, "seq", int, apath, "seq")
+    if not 1 <= seq < 2**62:
+        raise BadRequest("seq must be a positive integer", join(apath, "seq"))
+    version = agent.get("version", "")
+    if not isinstance(version, str) or len(version) > 50:
+        raise BadRequest("version must be a string of at most 50 characters",
+                         join(apath, "version"))
+    evicted = _spool(agent.get("spool"), join(apath, "spool"))
+    inventory = obj.get("host")
+    if inventory is not None:
+        check_inventory(inventory, join(path, "host"))
+    samples = _require(obj, "samples", list, path, "samples")
+    if len(samples) > MAX_SAMPLES:
+        raise BadRequest(f"at most {MAX_SAMPLES} samples per batch", join(path, "samples"))
+    seen_ts: set[float] = set()
+    for i, sample in enumerate(samples):
+        spath = f"{join(path, 'samples')}[{i}]"
+        _sample(sample, spath, ignored)
+        if sample["ts"] in seen_ts:
+            raise BadRequest("two samples of one batch share this ts", f"{spath}.ts")
+        seen_ts.add(sample["ts"])
+    return Batch(boot_id, seq, version, inventory, samples, *evicted, path=path)
+
+
+def _spool(spool: object, path: str) -> tuple[int, int]:
+    if spool is None:
+        return 0, 0
+    if not isinstance(spool, dict):
+        raise BadRequest("spool must be an object", path)
+    counts = []
+    for key in ("evicted_batches", "evicted_samples"):
+        value = spool.get(key, 0)
+        if type(value) is not int or value < 0:
+            raise BadRequest(f"{key} must be a non-negative integer", join(path, key))
+        counts.append(value)
+    return counts[0], counts[1]
+
+
+def _sample(sample: object, path: str, ignored: set[str]) -> None:
+    if not isinstance(sample, dict):
+        raise BadRequest("a sample must be an object", path)
+    ts = _require(sample, "ts", NUMBER, path, "ts")
+    if ts <= 0:
+        raise BadRequest("ts must be unix seconds", join(path, "ts"))
+    host = sample.get("host")
+    if host is not None:
+        if not isinstance(host, dict):
+            raise BadRequest("host must be an object", join(path, "host"))
+        _metrics(host, HOST_KEYS, join(path, "host"), ignored, "host", ())
+    _entities(sample, "gpus", "uuid", str, GPU_KEYS, path, ignored, "gpu", ())
+    _entities(sample, "engines", "name", str, ENGINE_KEYS, path, ignored, "engine", ())
+    _entities(sample, "processes", "pid", int, PROC_KEYS, path, ignored, "proc",
+              ("engine", *PROCESS_ATTRIBUTES))
+
+
+def _entities(sample: dict, section: str, id_key: str, id_type: type, keys: dict[str, Metric],
+              path: str, ignored: set[str], entity: str, extra: tuple[str, ...]) -> None:
+    items = sample.get(section)
+    if items is None:
+        return
+    spath = join(path, section)
+    if not isinstance(items, list):
+        raise BadRequest(f"{section} must be a list", spath)
+    if len(items) > MAX_ENTITIES:
+        raise BadRequest(f"at most {MAX_ENTITIES} {section} per sample", spath)
+    seen = set()
+    for i, item in enumerate(items):
+        ident = item.get(id_key) if type(item) is dict else None
+        if type(ident) is not id_type or ident in seen or not (
+            0 < ident < 2**31 if id_type is int else 0 < len(ident) <= 200  # type: ignore[operator,arg-type]
+        ):
+            _refuse_entity(item, id_key, id_type, f"{spath}[{i}]", seen)
+        seen.add(ident)
+        _metrics(item, keys, f"{spath}[{i}]", ignored, entity, extra, id_key)
+
+
+def _refuse_entity(item: object, id_key: str, id_type: type, path: str, seen: set) -> None:
+    if not isinstance(item, dict):
+        raise BadRequest("must be an object", path)
+    ident = _require(item, id_key, id_type, path, id_key)
+    if ident in seen:
+        raise BadRequest(f"{id_key} {ident!r} appears twice in this sample", join(path, id_key))
+    raise BadRequest(f"{id_key} {ident!r:.60} is out of range", join(path, id_key))
+
+
+def _metrics(item: dict, keys: dict[str, Metric], path: str, ignored: set[str], entity: str,
+             extra: tuple[str, ...], id_key: str = "") -> None:
+    for key, value in item.items():
+        metric = keys.get(key)
+        if metric is None:
+            if key == id_key:
+                continue
+            if key in extra:
+                _extra(key, value, join(path, key))
+            else:
+                ignored.add(f"{entity}.{key}")
+            continue
+        if metric.kind == "histogram":
+            _histogram(value, metric, join(path, key))
+        elif metric.array:
+            if not isinstance(value, list) or len(value) > MAX_ENTITIES:
+                raise BadRequest(f"must be a list of numbers ({metric.name})", join(path, key))
+            for i, element in enumerate(value):
+                if not _valid_number(element, metric):
+                    _refuse_number(element, metric, f"{join(path, key)}[{i}]")
+        elif not _valid_number(value, metric):
+            _refuse_number(value, metric, join(path, key))
+
+
+def _valid_number(value: object, metric: Metric) -> bool:
+    # The hot path: one call per value. Paths and messages are only built on a refusal.
+    kind = type(value)
+    if kind is float:
+        if metric.integer:
+            return False
+    elif kind is not int or not -(2**63) <= value < 2**63:  # type: ignore[operator]
+        return False
+    low, high = metric.low, metric.high
+    return (low is None or value >= low) and (high is None or value <= high)  # type: ignore[operator]
+
+
+def _refuse_number(value: object, metric: Metric, path: str) -> None:
+    kind = type(value)
+    if kind is not float and kind is not int:
+        raise BadRequest(f"must be a number ({metric.name}), got {value!r:.40}", path)
+    if metric.integer and kind is not int:
+        raise BadRequest(f"must be an integer ({metric.name}), got {value!r}", path)
+    if metric.low is not None and value < metric.low:  # type: ignore[operator]
+        raise BadRequest(f"{value} is below the minimum {metric.low} of {metric.name}", path)
+    if metric.high is not None and value > metric.high:  # type: ignore[operator]
+        raise BadRequest(f"{value} is above the maximum {metric.high} of {metric.name}", path)
+    raise BadRequest(f"{value} is out of range for {metric.name}", path)
+
+
+def _histogram(value: object, metric: Metric, path: str) -> None:
+    if not isinstance(value, dict):
+        raise BadRequest(f"a histogram ({metric.name}) must be an object with le and counts",
+                         path)
+    le = _require(value, "le", list, path, "le")
+    counts = _require(value, "counts", list, path, "counts")
+    if not 0 < len(le) <= MAX_BUCKETS:
+        raise BadRequest(f"le must hold 1 to {MAX_BUCKETS} bounds", join(path, "le"))
+    previous = None
+    for i, bound in enumerate(le):
+        if type(bound) not in NUMBER or previous is not None and bound <= previous:
+            raise BadRequest("le must be finite numbers in ascending order", f"{path}.le[{i}]")
+        previous = bound
+    if len(counts) != len(le) + 1:
+        raise BadRequest(f"counts must hold len(le) + 1 = {len(le) + 1} values (the last for "
+                         f"+Inf), got {len(counts)}", join(path, "counts"))
+    for i, count in enumerate(counts):
+        if type(count) is not int or not 0 <= count < 2**31:
+            raise BadRequest("counts must be non-negative integers (per-interval deltas)",
+                             f"{path}.counts[{i}]")
+    total = value.get("sum")
+    if total is not None and type(total) not in NUMBER:
+        raise BadRequest("sum must be a number", join(path, "sum"))
+
+
+def _extra(key: str, value: object, path: str) -> None:
+    if key == "engine":
+        if not isinstance(value, str) or len(value) > 200:
+            raise BadRequest("engine must be an engine name", path)
+        return
+    if not isinstance(value, list) or len(value) > MAX_ENTITIES:
+        raise BadRequest(f"{key} must be a list of integers", path)
+    for i, element in enumerate(value):
+        if type(element) is not int or not 0 <= element < 32768:
+            raise BadRequest(f"{key} must be a list of integers 0-32767", f"{path}[{i}]")

@@ -1,0 +1,234 @@
+"""The ingest writer: batches rows across concurrent requests into one COPY transaction.
+
+DESIGN.md measured binary COPY at 7.4 k rows/s with one agent batch (8 rows) per transaction
+and 82-133 k rows/s with 800-8,000 rows: so requests hand their rows to this writer and wait;
+it flushes whatever has gathered (group commit) when ``flush_rows`` rows wait or ``flush_ms``
+passed since the first, in one transaction, and only then are the requests answered. Nothing
+is acknowledged before it is committed, so a crash loses nothing the agent believes stored.
+
+Idempotency: each agent boot is a stream with the highest seq stored (AgentStream). The flush
+locks the streams it touches (``FOR UPDATE``, in key order), stores only batches above that
+seq and raises it, all in the same transaction: a replay racing its original, in this process
+or another, is stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from controlplane.telemetry import partitions
+from controlplane.telemetry.ingest.copy import copy_rows, make_copy_connection
+from controlplane.telemetry.ingest.rows import Rows
+
+log = logging.getLogger(__name__)
+LAST_SEEN_EVERY_S = 5.0  # last_seen is refreshed at most this often per host / engine
+
+
+@dataclass
+class Work:
+    """One batch of one request, waiting for a flush."""
+
+    host_id: int
+    boot_id: uuid.UUID
+    seq: int
+    agent_version: str
+    rows: Rows
+    days: set
+    evicted_batches: int = 0
+    evicted_samples: int = 0
+    touch_host: bool = False  # write last_seen for the host in this flush
+    touch_engines: tuple[int, ...] = ()
+    future: asyncio.Future = field(default=None)  # type: ignore[assignment]
+
+    @property
+    def row_count(self) -> int:
+        return sum(len(r) for r in self.rows.values())
+
+
+class StorageUnavailable(Exception):
+    """The database could not take the flush; nothing of it was stored."""
+
+
+class Writer:
+    def __init__(self, dsn: str, flush_rows: int, flush_ms: int) -> None:
+        self.dsn = dsn
+        self.flush_rows = flush_rows
+        self.flush_s = flush_ms / 1000
+        self._pending: list[Work] = []
+        self._pending_rows = 0
+        self._wake = asyncio.Event()
+        self._full = asyncio.Event()
+        self._conn: psycopg.AsyncConnection | None = None
+        self._task: asyncio.Task | None = None
+        self._known_days: set = set()
+        self._stopping = False
+        self.after_commit: list = []  # callables(list[Work]) run after each commit
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="pitwall-ingest-writer")
+
+    async def stop(self) -> None:
+        """Flush what is pending, then close: a clean shutdown loses nothing."""
+        self._stopping = True
+        self._wake.set()
+        self._full.set()
+        if self._task:
+            await self._task
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def submit(self, items: list[Work]) -> list[bool]:
+        """Stores the batches; returns for each whether it was new (False: a replay)."""
+        if self._stopping:
+            raise StorageUnavailable("the server is shutting down")
+        loop = asyncio.get_running_loop()
+        for item in items:
+            item.future = loop.create_future()
+            self._pending.append(item)
+            self._pending_rows += item.row_count
+        self._wake.set()
+        if self._pending_rows >= self.flush_rows:
+            self._full.set()
+        return list(await asyncio.gather(*(item.future for item in items)))
+
+    async def _run(self) -> None:
+        while not (self._stopping and not self._pending):
+            await self._wake.wait()
+            if not self._stopping and self.flush_s:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._full.wait(), self.flush_s)
+            work, self._pending, self._pending_rows = self._pending, [], 0
+            self._wake.clear()
+            self._full.clear()
+            if work:
+                await self._flush_and_answer(work)
+
+    async def _flush_and_answer(self, work: list[Work]) -> None:
+        try:
+            stored = await self._flush(work)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered, none is stored
+            log.warning("ingest flush of %d batches failed: %s", len(work), exc)
+            await self._reset_connection()
+            for item in work:
+                if not item.future.done():
+                    item.future.set_exception(StorageUnavailable(str(exc)))
+            return
+        for item, new in zip(work, stored, strict=True):
+            if not item.future.done():
+                item.future.set_result(new)
+        for callback in self.after_commit:
+            try:
+                callback([w for w, new in zip(work, stored, strict=True) if new])
+            except Exception:  # noqa: BLE001 - a live-push failure must not fail ingest
+                log.exception("after-commit callback failed")
+
+    async def _connection(self) -> psycopg.AsyncConnection:
+        if self._conn is None or self._conn.closed:
+            self._conn = await make_copy_connection(self.dsn)
+        return self._conn
+
+    async def _reset_connection(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+        self._conn = None
+
+    async def _flush(self, work: list[Work]) -> list[bool]:
+        conn = await self._connection()
+        await self._ensure_partitions(conn, set().union(*(w.days for w in work)))
+        try:
+            return await self._flush_once(conn, work, conflict_safe=False)
+        except pg_errors.UniqueViolation:
+            # A sample row already stored under another stream (an agent restarted with a
+            # clock that went back, a hand-replayed batch): store the rest, skip those rows.
+            log.warning("ingest flush hit rows already stored; retrying without them")
+            return await self._flush_once(conn, work, conflict_safe=True)
+
+    async def _flush_once(self, conn, work: list[Work], conflict_safe: bool) -> list[bool]:
+        async with conn.transaction():
+            new = await self._claim(conn, work)
+            fresh = [w for w, is_new in zip(work, new, strict=True) if is_new]
+            tables: dict[str, list[tuple]] = {}
+            for item in fresh:
+                for table, rows in item.rows.items():
+                    tables.setdefault(table, []).extend(rows)
+            for table, rows in tables.items():
+                if rows:
+                    await copy_rows(conn, table, rows, conflict_safe)
+            await self._touch(conn, fresh)
+        return new
+
+    async def _claim(self, conn, work: list[Work]) -> list[bool]:
+        streams = sorted({(w.host_id, w.boot_id) for w in work})
+        hosts = [s[0] for s in streams]
+        boots = [s[1] for s in streams]
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "INSERT INTO telemetry_agentstream"
+                " (host_id, boot_id, max_seq, agent_version, first_seen, last_seen)"
+                " SELECT h, b, 0, '', now(), now() FROM unnest(%s::int[], %s::uuid[]) AS v(h, b)"
+                " ON CONFLICT (host_id, boot_id) DO NOTHING", (hosts, boots))
+            await cur.execute(
+                "SELECT host_id, boot_id, max_seq FROM telemetry_agentstream"
+                " WHERE (host_id, boot_id) IN"
+                " (SELECT * FROM unnest(%s::int[], %s::uuid[]))"
+                " ORDER BY host_id, boot_id FOR UPDATE", (hosts, boots))
+            high = {(h, b): s for h, b, s in await cur.fetchall()}
+            new = []
+            for item in sorted(work, key=lambda w: w.seq):
+                key = (item.host_id, item.boot_id)
+                item_new = item.seq > high[key]
+                high[key] = max(high[key], item.seq)
+                new.append((id(item), item_new))
+            flags = dict(new)
+            versions = {(w.host_id, w.boot_id): w.agent_version for w in work}
+            await cur.execute(
+                "UPDATE telemetry_agentstream s SET max_seq = v.m, last_seen = now(),"
+                " agent_version = v.a FROM unnest(%s::int[], %s::uuid[], %s::int8[], %s::text[])"
+                " AS v(h, b, m, a) WHERE s.host_id = v.h AND s.boot_id = v.b",
+                (hosts, boots, [high[s] for s in streams], [versions[s] for s in streams]))
+        return [flags[id(item)] for item in work]
+
+    async def _touch(self, conn, fresh: list[Work]) -> None:
+        hosts: dict[int, tuple[int, int]] = {}
+        for item in fresh:
+            if item.touch_host or item.evicted_batches or item.evicted_samples:
+                b, s = hosts.get(item.host_id, (0, 0))
+                hosts[item.host_id] = (b + item.evicted_batches, s + item.evicted_samples)
+        engines = sorted({e for item in fresh for e in item.touch_engines})
+        async with conn.cursor() as cur:
+            if hosts:
+                ids = sorted(hosts)
+                await cur.execute(
+                    "UPDATE fleet_host h SET last_seen = now(),"
+                    " spool_evicted_batches = spool_evicted_batches + v.b,"
+                    " spool_evicted_samples = spool_evicted_samples + v.s"
+                    " FROM unnest(%s::int[], %s::int8[], %s::int8[]) AS v(id, b, s)"
+                    " WHERE h.id = v.id",
+                    (ids, [hosts[i][0] for i in ids], [hosts[i][1] for i in ids]))
+            if engines:
+                await cur.execute(
+                    "UPDATE fleet_engine SET last_seen = now() WHERE id = ANY(%s::int[])",
+                    (engines,))
+
+    async def _ensure_partitions(self, conn, days: set) -> None:
+        missing = days - self._known_days
+        if not missing:
+            return
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(partitions.ADVISORY_LOCK_SQL)
+            for stmt in partitions.create_all_sql(missing):
+                await cur.execute(stmt)
+        self._known_days |= missing
+
+
+def due(last_written: float, now: float | None = None) -> bool:
+    return (now or time.monotonic()) - last_written >= LAST_SEEN_EVERY_S

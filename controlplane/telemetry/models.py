@@ -1,0 +1,42 @@
+"""Telemetry bookkeeping models. The sample tables themselves are raw SQL: see schema.py."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.utils import timezone
+
+from controlplane.fleet.models import Host
+
+
+class AgentStream(models.Model):
+    """One agent boot's stream of batches: the highest seq stored makes replays idempotent.
+
+    The ingest writer locks these rows inside its flush transaction (writer.py), so two
+    concurrent copies of one batch cannot both be stored.
+    """
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="streams")
+    boot_id = models.UUIDField()
+    max_seq = models.BigIntegerField(default=0)
+    agent_version = models.CharField(max_length=50, blank=True)
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["host", "boot_id"], name="agent_stream_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host_id}/{self.boot_id} up to seq {self.max_seq}"
+
+
+class HistogramLayout(models.Model):
+    """A set of histogram bucket bounds; sample rows store counts and this id."""
+
+    id = models.SmallAutoField(primary_key=True)
+    bounds = ArrayField(models.FloatField(), unique=True)
+
+    def __str__(self) -> str:
+        return f"layout {self.id}: {len(self.bounds)} bounds"

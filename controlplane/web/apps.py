@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WebConfig(AppConfig):
+    name = "controlplane.web"
+    label = "web"

@@ -1,0 +1,12 @@
+"""Test settings: the production settings module, with the variables a test run needs."""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
+os.environ.setdefault("DATABASE_URL", "postgres://127.0.0.1:5432/pitwall")
+os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
+os.environ.setdefault("SESSION_COOKIE_SECURE", "false")
+os.environ.setdefault("CSRF_COOKIE_SECURE", "false")
+os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+
+from controlplane.settings import *  # noqa: E402,F403
