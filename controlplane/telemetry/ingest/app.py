@@ -11,6 +11,7 @@ import time
 import zlib
 
 import orjson
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
 
@@ -45,7 +46,10 @@ class IngestApp:
 
     async def shutdown(self) -> None:
         if self.started:
+            self.started = False
             await self.writer.stop()
+        # The registry's ORM calls ran in asgiref's sync thread: close its connection too.
+        await sync_to_async(connections.close_all)()
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["method"] != "POST":

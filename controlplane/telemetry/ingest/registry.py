@@ -67,7 +67,7 @@ class Registry:
         if cached is not None and cached[0] > time.monotonic():
             host_id = cached[1]
         else:
-            token = await sync_to_async(_load_token, thread_sensitive=False)(parsed.lookup)
+            token = await sync_to_async(_load_token)(parsed.lookup)
             valid = token is not None and tokens.matches(token.digest, parsed)
             if valid and token.revoked_at is not None:
                 raise BadRequest("this agent token was revoked", status=403)
@@ -80,7 +80,7 @@ class Registry:
     async def host(self, host_id: int) -> HostState:
         state = self._hosts.get(host_id)
         if state is None:
-            state = await sync_to_async(_load_host, thread_sensitive=False)(host_id)
+            state = await sync_to_async(_load_host)(host_id)
             self._hosts[host_id] = state
         return state
 
@@ -92,7 +92,7 @@ class Registry:
             state = self._hosts[host_id]
         if self._unknown(state, batch) is not None:
             # Another worker process may have applied an inventory we have not seen.
-            state = await sync_to_async(_load_host, thread_sensitive=False)(host_id)
+            state = await sync_to_async(_load_host)(host_id)
             self._hosts[host_id] = state
             missing = self._unknown(state, batch)
             if missing is not None:
@@ -110,12 +110,12 @@ class Registry:
         if digest(inventory) == state.inventory_digest:
             return
         try:
-            await sync_to_async(apply_inventory, thread_sensitive=False)(
+            await sync_to_async(apply_inventory)(
                 state.host_id, inventory, batch.agent_version)
         except GpuOwnedElsewhere as exc:
             raise BadRequest(str(exc), join(batch.path, f"host.gpus[{exc.index}].uuid"),
                              status=403) from None
-        fresh = await sync_to_async(_load_host, thread_sensitive=False)(state.host_id)
+        fresh = await sync_to_async(_load_host)(state.host_id)
         fresh.last_seen_written = state.last_seen_written
         self._hosts[state.host_id] = fresh
 

@@ -50,7 +50,7 @@ class LayoutCache:
     async def resolve(self, batches: list[Batch]) -> None:
         missing = {b for b in _bounds(batches) if b not in self.ids}
         if missing:
-            self.ids.update(await sync_to_async(_layout_ids, thread_sensitive=False)(missing))
+            self.ids.update(await sync_to_async(_layout_ids)(missing))
 
 
 def _bounds(batches: list[Batch]) -> Iterator[tuple]:

@@ -1,0 +1,56 @@
+# Pitwall: `make run` starts everything with a simulated fleet, `make test` runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+VAR := var
+
+# Local defaults: plain HTTP on loopback. Production sets these through the environment.
+export DATABASE_URL ?= postgres://127.0.0.1:5432/pitwall
+export REDIS_URL ?= redis://127.0.0.1:6379/0
+export SECURE_SSL_REDIRECT ?= false
+export SESSION_COOKIE_SECURE ?= false
+export CSRF_COOKIE_SECURE ?= false
+export SECURE_HSTS_SECONDS ?= 0
+
+.PHONY: run test bench bench-ingest bench-agent lint install preflight clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || command -v python3 >/dev/null || { echo "Python 3.11 is needed: apt-get install python3 python3-venv"; exit 1; }
+	@test -x $(PY) || $$(command -v $(PYTHON) || command -v python3) -m venv $(VENV) || { echo "Could not create $(VENV): apt-get install python3-venv"; exit 1; }
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[agent,server,dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+$(VAR)/secret_key:
+	@mkdir -p $(VAR) && umask 077 && $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
+
+preflight: $(STAMP) $(VAR)/secret_key
+	@SECRET_KEY_FILE=$(VAR)/secret_key $(PY) manage.py preflight
+
+run: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; \
+	$(PY) manage.py migrate --no-input -v 0 && \
+	$(PY) manage.py collectstatic --no-input -v 0 && \
+	$(PY) manage.py ensure_admin && \
+	exec $(PY) manage.py runstack
+
+test: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest
+
+bench: bench-ingest bench-agent
+
+bench-ingest: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
+
+bench-agent: $(STAMP)
+	@$(PY) -m tests.bench.agent
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) $(VAR) .pytest_cache

@@ -1,0 +1,24 @@
+"""``python -m agents.sim fleet …`` (a simulated fleet) or ``… vllm …`` (one simulated vLLM)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in ("fleet", "vllm"):
+        print("usage: python -m agents.sim {fleet|vllm} [options]  (--help after either)",
+              file=sys.stderr)
+        return 2
+    if args[0] == "fleet":
+        from agents.sim.fleet import main as fleet_main
+
+        return fleet_main(args[1:])
+    from agents.sim.vllm_server import main as vllm_main
+
+    return vllm_main(args[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,8 @@
+from celery import shared_task
+
+from controlplane.telemetry import maintenance
+
+
+@shared_task
+def maintain_partitions() -> dict:
+    return maintenance.maintain_partitions()
