@@ -168,7 +168,7 @@ PITWALL = {
     "INGEST_MAX_BODY_BYTES": envint("PITWALL_INGEST_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024),
     # Ingest: a flush writes when this many rows wait or this many ms passed since the first.
     "INGEST_FLUSH_ROWS": envint("PITWALL_INGEST_FLUSH_ROWS", 4000, minimum=1),
-    "INGEST_FLUSH_MS": envint("PITWALL_INGEST_FLUSH_MS", 10, minimum=0),
+    "INGEST_FLUSH_MS": envint("PITWALL_INGEST_FLUSH_MS", 25, minimum=0),
     # A host, GPU or engine is online when it reported within this many seconds.
     "ONLINE_WINDOW_S": envint("PITWALL_ONLINE_WINDOW_S", 30, minimum=1),
     # Samples further in the future than this (clock skew) are refused.

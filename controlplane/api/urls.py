@@ -1,7 +1,21 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from controlplane.api.views.engines import EngineViewSet
+from controlplane.api.views.gpus import GpuViewSet
+from controlplane.api.views.hosts import HostViewSet
+from controlplane.api.views.series import SeriesView
+
+router = DefaultRouter(use_regex_path=False)
+router.include_format_suffixes = False  # /hosts/1.json adds nothing to ?format=json
+router.register("hosts", HostViewSet, basename="host")
+router.register("gpus", GpuViewSet, basename="gpu")
+router.register("engines", EngineViewSet, basename="engine")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("series/", SeriesView.as_view(), name="series"),
+    *router.urls,
 ]

@@ -8,6 +8,7 @@ connection dumps floats straight into PostgreSQL's binary timestamptz (microseco
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import psycopg
@@ -29,8 +30,64 @@ class UnixSecondsDumper(Dumper):
         return _pack(round((obj - PG_EPOCH) * 1_000_000))
 
 
+class _ArrayDumper(Dumper):
+    """Binary one-dimensional arrays without NULLs, packed with one struct call.
+
+    psycopg's generic list dumper inspects every element in Python; histogram counts, CPU
+    cores and affinities are plain lists of numbers, so their layout is known in advance.
+    """
+
+    format = Format.BINARY
+    element_oid = 0
+    element_code = ""
+    element_size = 0
+
+    def dump(self, obj: list) -> bytes:
+        n = len(obj)
+        head = _pack_head(1, 0, self.element_oid, n, 1)
+        if not n:
+            return _pack_head(0, 0, self.element_oid, 0, 0)[:12]
+        size = self.element_size
+        body = _element_struct(self.element_code, n).pack(
+            *[v for x in obj for v in (size, x)])
+        return head + body
+
+
+def _pack_head(ndim: int, flags: int, oid: int, length: int, lbound: int) -> bytes:
+    return struct.pack(">iiIii", ndim, flags, oid, length, lbound)
+
+
+@functools.cache
+def _element_struct(code: str, n: int) -> struct.Struct:
+    return struct.Struct(">" + ("i" + code) * n)
+
+
+class Int4ArrayDumper(_ArrayDumper):
+    oid, element_oid, element_code, element_size = 1007, 23, "i", 4
+
+
+class Int2ArrayDumper(_ArrayDumper):
+    oid, element_oid, element_code, element_size = 1005, 21, "h", 2
+
+
+class Float4ArrayDumper(_ArrayDumper):
+    oid, element_oid, element_code, element_size = 1021, 700, "f", 4
+
+
 class _UnixSeconds(float):
     """Marker type: registering a dumper for it installs the dumper for the timestamptz oid."""
+
+
+class _Int4Array(list):
+    """Marker types like _UnixSeconds, one per array dumper."""
+
+
+class _Int2Array(list):
+    pass
+
+
+class _Float4Array(list):
+    pass
 
 
 _TABLES = {t.name: t for t in TABLES.values()}
@@ -40,7 +97,11 @@ _TYPES = {t.name: [c.sql_type for c in t.all_columns] for t in TABLES.values()}
 
 async def make_copy_connection(dsn: str) -> psycopg.AsyncConnection:
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    # COPY looks dumpers up by the column type's oid (set_types), so these take over there.
     conn.adapters.register_dumper(_UnixSeconds, UnixSecondsDumper)
+    conn.adapters.register_dumper(_Int4Array, Int4ArrayDumper)
+    conn.adapters.register_dumper(_Int2Array, Int2ArrayDumper)
+    conn.adapters.register_dumper(_Float4Array, Float4ArrayDumper)
     return conn
 
 

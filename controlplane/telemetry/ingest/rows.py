@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from asgiref.sync import sync_to_async
 
 from controlplane.telemetry.ingest.registry import HostState
 from controlplane.telemetry.ingest.validate import Batch
 from controlplane.telemetry.models import HistogramLayout
-from controlplane.telemetry.schema import TABLES, Column, SampleTable
+from controlplane.telemetry.schema import TABLES, SampleTable
 
 Rows = dict[str, list[tuple]]  # table name -> rows
 
 
-def _getter(column: Column, layouts: dict[tuple, int]) -> Callable[[dict], object]:
-    key = column.metric.key if column.metric else column.name
-    if column.part == "layout":
-        return lambda item: (h := item.get(key)) and layouts[tuple(h["le"])]
-    if column.part == "counts":
-        return lambda item: (h := item.get(key)) and h["counts"]
-    if column.part == "sum":
-        return lambda item: (h := item.get(key)) and h.get("sum")
-    return lambda item: item.get(key)
+def _engine_plan(table: SampleTable) -> list[tuple[str, str]]:
+    """(wire key, part) per engine value column; part is "" for a plain gauge or rate."""
+    return [(c.metric.key if c.metric else c.name, c.part) for c in table.columns]
 
 
 def _plain_keys(table: SampleTable) -> list[str] | None:
@@ -39,6 +33,7 @@ PROC = TABLES["proc"]
 HOST_KEYS = _plain_keys(HOST)
 GPU_KEYS = _plain_keys(GPU)
 PROC_KEYS = [c.metric.key if c.metric else c.name for c in PROC.columns[1:]]  # after engine_id
+ENGINE_PLAN = _engine_plan(ENGINE)
 
 
 class LayoutCache:
@@ -72,7 +67,6 @@ def _layout_ids(bounds: set[tuple]) -> dict[tuple, int]:
 
 def build_rows(state: HostState, batch: Batch, layouts: dict[tuple, int]) -> Rows:
     rows: Rows = {HOST.name: [], GPU.name: [], ENGINE.name: [], PROC.name: []}
-    engine_getters = [_getter(c, layouts) for c in ENGINE.columns]
     host_id, gpu_ids, engine_ids = state.host_id, state.gpu_ids, state.engine_ids
     for sample in batch.samples:
         ts = sample["ts"]
@@ -83,12 +77,23 @@ def build_rows(state: HostState, batch: Batch, layouts: dict[tuple, int]) -> Row
             rows[GPU.name].append((gpu_ids[gpu["uuid"]], ts, *[gpu.get(k) for k in GPU_KEYS]))
         for engine in sample.get("engines") or ():
             rows[ENGINE.name].append(
-                (engine_ids[engine["name"]], ts, *[get(engine) for get in engine_getters]))
+                (engine_ids[engine["name"]], ts, *_engine_values(engine, layouts)))
         for proc in sample.get("processes") or ():
             engine_id = engine_ids.get(proc.get("engine"))
             rows[PROC.name].append(
                 (host_id, proc["pid"], ts, engine_id, *[proc.get(k) for k in PROC_KEYS]))
     return rows
+
+
+def _engine_values(engine: dict, layouts: dict[tuple, int]) -> list:
+    values = []
+    for key, part in ENGINE_PLAN:
+        value = engine.get(key)
+        if part and value is not None:
+            value = (layouts[tuple(value["le"])] if part == "layout"
+                     else value["counts"] if part == "counts" else value.get("sum"))
+        values.append(value)
+    return values
 
 
 def engines_seen(state: HostState, batch: Batch) -> set[int]:

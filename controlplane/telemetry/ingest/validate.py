@@ -178,11 +178,40 @@ def _refuse_entity(item: object, id_key: str, id_type: type, path: str, seen: se
     raise BadRequest(f"{id_key} {ident!r:.60} is out of range", join(path, id_key))
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """A metric's checks in the shape the hot loop wants: plain floats, no None."""
+
+    metric: Metric
+    shape: int  # SCALAR, ARRAY or HISTOGRAM
+    low: float
+    high: float
+    integer: bool
+
+
+SCALAR, ARRAY, HISTOGRAM = 0, 1, 2
+INT_LIMIT = 2**63
+
+
+def _rules(keys: dict[str, Metric]) -> dict[str, _Rule]:
+    return {
+        key: _Rule(m, HISTOGRAM if m.kind == "histogram" else ARRAY if m.array else SCALAR,
+                   -float("inf") if m.low is None else m.low,
+                   float("inf") if m.high is None else m.high, m.integer)
+        for key, m in keys.items()
+    }
+
+
+RULES = {id(keys): _rules(keys) for keys in (HOST_KEYS, GPU_KEYS, ENGINE_KEYS, PROC_KEYS)}
+
+
 def _metrics(item: dict, keys: dict[str, Metric], path: str, ignored: set[str], entity: str,
              extra: tuple[str, ...], id_key: str = "") -> None:
+    # The hot path: one pass per value. Paths and messages are only built on a refusal.
+    rules = RULES[id(keys)]
     for key, value in item.items():
-        metric = keys.get(key)
-        if metric is None:
+        rule = rules.get(key)
+        if rule is None:
             if key == id_key:
                 continue
             if key in extra:
@@ -190,28 +219,25 @@ def _metrics(item: dict, keys: dict[str, Metric], path: str, ignored: set[str], 
             else:
                 ignored.add(f"{entity}.{key}")
             continue
-        if metric.kind == "histogram":
-            _histogram(value, metric, join(path, key))
-        elif metric.array:
-            if not isinstance(value, list) or len(value) > MAX_ENTITIES:
-                raise BadRequest(f"must be a list of numbers ({metric.name})", join(path, key))
-            for i, element in enumerate(value):
-                if not _valid_number(element, metric):
-                    _refuse_number(element, metric, f"{join(path, key)}[{i}]")
-        elif not _valid_number(value, metric):
-            _refuse_number(value, metric, join(path, key))
+        if rule.shape == SCALAR:
+            kind = type(value)
+            if not ((kind is float and not rule.integer or kind is int and -INT_LIMIT <= value
+                     < INT_LIMIT) and rule.low <= value <= rule.high):  # type: ignore[operator]
+                _refuse_number(value, rule.metric, join(path, key))
+        elif rule.shape == ARRAY:
+            _array(value, rule, join(path, key))
+        else:
+            _histogram(value, rule.metric, join(path, key))
 
 
-def _valid_number(value: object, metric: Metric) -> bool:
-    # The hot path: one call per value. Paths and messages are only built on a refusal.
-    kind = type(value)
-    if kind is float:
-        if metric.integer:
-            return False
-    elif kind is not int or not -(2**63) <= value < 2**63:  # type: ignore[operator]
-        return False
-    low, high = metric.low, metric.high
-    return (low is None or value >= low) and (high is None or value <= high)  # type: ignore[operator]
+def _array(value: object, rule: _Rule, path: str) -> None:
+    if not isinstance(value, list) or len(value) > MAX_ENTITIES:
+        raise BadRequest(f"must be a list of numbers ({rule.metric.name})", path)
+    low, high = rule.low, rule.high
+    for i, element in enumerate(value):
+        kind = type(element)
+        if not ((kind is float or kind is int) and low <= element <= high):  # type: ignore[operator]
+            _refuse_number(element, rule.metric, f"{path}[{i}]")
 
 
 def _refuse_number(value: object, metric: Metric, path: str) -> None:
@@ -225,6 +251,7 @@ def _refuse_number(value: object, metric: Metric, path: str) -> None:
     if metric.high is not None and value > metric.high:  # type: ignore[operator]
         raise BadRequest(f"{value} is above the maximum {metric.high} of {metric.name}", path)
     raise BadRequest(f"{value} is out of range for {metric.name}", path)
+
 
 
 def _histogram(value: object, metric: Metric, path: str) -> None:

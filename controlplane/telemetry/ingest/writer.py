@@ -44,7 +44,7 @@ class Work:
     days: set
     evicted_batches: int = 0
     evicted_samples: int = 0
-    touch_host: bool = False  # write last_seen for the host in this flush
+    touch_host: bool = False  # refresh the host's last_seen in this flush
     touch_engines: tuple[int, ...] = ()
     future: asyncio.Future = field(default=None)  # type: ignore[assignment]
 
@@ -163,61 +163,51 @@ class Writer:
             for table, rows in tables.items():
                 if rows:
                     await copy_rows(conn, table, rows, conflict_safe)
-            await self._touch(conn, fresh)
+            await self._count_evictions(conn, fresh)
         return new
 
     async def _claim(self, conn, work: list[Work]) -> list[bool]:
-        streams = sorted({(w.host_id, w.boot_id) for w in work})
-        hosts = [s[0] for s in streams]
-        boots = [s[1] for s in streams]
+        """Which batches are new; raises each stream's seq and refreshes last_seen (one trip)."""
+        streams: dict[tuple[int, uuid.UUID], tuple[int, str]] = {}
+        for item in work:
+            key = (item.host_id, item.boot_id)
+            top = streams.get(key, (0, ""))[0]
+            streams[key] = (max(top, item.seq), item.agent_version)
+        keys = sorted(streams)
+        seen_hosts = sorted({w.host_id for w in work if w.touch_host})
+        seen_engines = sorted({e for w in work for e in w.touch_engines})
         async with conn.cursor() as cur:
             await cur.execute(
-                "INSERT INTO telemetry_agentstream"
-                " (host_id, boot_id, max_seq, agent_version, first_seen, last_seen)"
-                " SELECT h, b, 0, '', now(), now() FROM unnest(%s::int[], %s::uuid[]) AS v(h, b)"
-                " ON CONFLICT (host_id, boot_id) DO NOTHING", (hosts, boots))
-            await cur.execute(
-                "SELECT host_id, boot_id, max_seq FROM telemetry_agentstream"
-                " WHERE (host_id, boot_id) IN"
-                " (SELECT * FROM unnest(%s::int[], %s::uuid[]))"
-                " ORDER BY host_id, boot_id FOR UPDATE", (hosts, boots))
-            high = {(h, b): s for h, b, s in await cur.fetchall()}
-            new = []
-            for item in sorted(work, key=lambda w: w.seq):
-                key = (item.host_id, item.boot_id)
-                item_new = item.seq > high[key]
-                high[key] = max(high[key], item.seq)
-                new.append((id(item), item_new))
-            flags = dict(new)
-            versions = {(w.host_id, w.boot_id): w.agent_version for w in work}
-            await cur.execute(
-                "UPDATE telemetry_agentstream s SET max_seq = v.m, last_seen = now(),"
-                " agent_version = v.a FROM unnest(%s::int[], %s::uuid[], %s::int8[], %s::text[])"
-                " AS v(h, b, m, a) WHERE s.host_id = v.h AND s.boot_id = v.b",
-                (hosts, boots, [high[s] for s in streams], [versions[s] for s in streams]))
-        return [flags[id(item)] for item in work]
+                "SELECT host_id, boot_id, previous FROM pitwall_claim_streams("
+                "%s::int[], %s::uuid[], %s::int8[], %s::text[], %s::int[], %s::int[])",
+                ([k[0] for k in keys], [k[1] for k in keys], [streams[k][0] for k in keys],
+                 [streams[k][1] for k in keys], seen_hosts, seen_engines))
+            high = {(h, b): previous for h, b, previous in await cur.fetchall()}
+        new = {}
+        for item in sorted(work, key=lambda w: w.seq):
+            key = (item.host_id, item.boot_id)
+            new[id(item)] = item.seq > high[key]
+            high[key] = max(high[key], item.seq)
+        return [new[id(item)] for item in work]
 
-    async def _touch(self, conn, fresh: list[Work]) -> None:
+    async def _count_evictions(self, conn, fresh: list[Work]) -> None:
+        """Spool evictions the agents reported, counted once: only from batches stored now."""
         hosts: dict[int, tuple[int, int]] = {}
         for item in fresh:
-            if item.touch_host or item.evicted_batches or item.evicted_samples:
+            if item.evicted_batches or item.evicted_samples:
                 b, s = hosts.get(item.host_id, (0, 0))
                 hosts[item.host_id] = (b + item.evicted_batches, s + item.evicted_samples)
-        engines = sorted({e for item in fresh for e in item.touch_engines})
+        if not hosts:
+            return
+        ids = sorted(hosts)
         async with conn.cursor() as cur:
-            if hosts:
-                ids = sorted(hosts)
-                await cur.execute(
-                    "UPDATE fleet_host h SET last_seen = now(),"
-                    " spool_evicted_batches = spool_evicted_batches + v.b,"
-                    " spool_evicted_samples = spool_evicted_samples + v.s"
-                    " FROM unnest(%s::int[], %s::int8[], %s::int8[]) AS v(id, b, s)"
-                    " WHERE h.id = v.id",
-                    (ids, [hosts[i][0] for i in ids], [hosts[i][1] for i in ids]))
-            if engines:
-                await cur.execute(
-                    "UPDATE fleet_engine SET last_seen = now() WHERE id = ANY(%s::int[])",
-                    (engines,))
+            await cur.execute(
+                "UPDATE fleet_host h SET"
+                " spool_evicted_batches = spool_evicted_batches + v.b,"
+                " spool_evicted_samples = spool_evicted_samples + v.s"
+                " FROM unnest(%s::int[], %s::int8[], %s::int8[]) AS v(id, b, s)"
+                " WHERE h.id = v.id",
+                (ids, [hosts[i][0] for i in ids], [hosts[i][1] for i in ids]))
 
     async def _ensure_partitions(self, conn, days: set) -> None:
         missing = days - self._known_days

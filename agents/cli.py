@@ -1,0 +1,196 @@
+"""``pitwall-agent run`` streams batches to the control plane; ``probe`` prints one batch.
+
+Collectors are imported inside functions: each is optional at run time (a host without an NVIDIA
+driver still reports its CPU and engines), and a missing one costs a warning, not the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from agents import __version__
+from agents.batch import BatchBuilder
+from agents.collectors.base import Warn, stderr_warn
+from agents.config import AgentConfig, ConfigError, build_parser, config_from_args
+from agents.loop import Loop, Sampler, Sources, probe
+from agents.spool import Spool
+from agents.transport import IngestClient, Shipper
+
+log = logging.getLogger("agents")
+
+
+class StartupError(Exception):
+    """The agent cannot start as configured; the message is one line for the operator."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed usage (bad flag: 2) or help (0)
+        return exc.code if isinstance(exc.code, int) else 2
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="pitwall-agent: %(levelname)s: %(message)s")
+    warn: Warn = stderr_warn if args.log_level != "error" else _silent
+    try:
+        config = config_from_args(args)
+        if config.command == "probe":
+            return probe_command(config, warn)
+        return run_command(config, warn)
+    except (ConfigError, StartupError) as exc:
+        print(f"pitwall-agent: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers were in place
+        return 130
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+def probe_command(config: AgentConfig, warn: Warn) -> int:
+    sources = build_sources(config, warn, require_gpus=False)
+    try:
+        batch = probe(Sampler(sources, warn), BatchBuilder(), config.interval)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sources.close()
+    print(json.dumps(batch, indent=2))
+    return 0
+
+
+def run_command(config: AgentConfig, warn: Warn) -> int:
+    assert config.server is not None and config.token is not None
+    sources = build_sources(config, warn, require_gpus=True)
+    try:
+        spool = Spool(config.spool_dir, config.spool_max_bytes, warn)
+    except OSError as exc:
+        sources.close()
+        raise StartupError(f"cannot use the spool directory {config.spool_dir}: "
+                           f"{exc.strerror or exc}") from None
+    builder = BatchBuilder()
+    shipper = Shipper(IngestClient(config.server, config.token), spool,
+                      inventory=lambda: builder.inventory,
+                      on_inventory_needed=builder.inventory_needed, warn=warn)
+    loop = Loop(Sampler(sources, warn), builder, shipper.submit, config.interval, warn)
+    log.info("pitwall-agent %s on %s: sending to %s every %s s; spool %s holds %d batches",
+             __version__, config.hostname, config.server, config.interval, config.spool_dir,
+             len(spool))
+    stop = threading.Event()
+    with _stop_on_signals(stop):
+        shipper.start()
+        try:
+            loop.run(stop)
+        finally:
+            shipper.close(timeout=5.0)
+            sources.close()
+    log.info("stopped; %d batches wait in the spool", len(spool))
+    return 0
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT end the loop; the unsent batches then go to the spool."""
+    handled = (signal.SIGTERM, signal.SIGINT)
+    try:
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in handled}
+    except ValueError:  # not the main thread (embedded use): the caller stops us
+        previous = {}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def build_sources(config: AgentConfig, warn: Warn, require_gpus: bool) -> Sources:
+    from agents.collectors.numa import pci_numa_node
+
+    sources = Sources(simulated=config.gpu_backend == "sim", numa_node=pci_numa_node,
+                      hostname=config.hostname)
+    sources.gpus = _gpu_collector(config, warn, require_gpus)
+    sources.host = _optional("host", warn, lambda: _host_collector(warn))
+    sources.processes = _optional("processes", warn, lambda: _process_collector(warn))
+    for url in config.vllm_metrics_urls:
+        engine = _optional(f"vllm {url}", warn, lambda url=url: _vllm_collector(url, warn))
+        if engine is not None:
+            sources.engines.append(engine)
+    return sources
+
+
+class _HeldWarnings:
+    """Holds a collector's start-up warnings until we know whether to show them."""
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+        self.target: Warn | None = None
+
+    def __call__(self, message: str) -> None:
+        if self.target is None:
+            self.held.append(message)
+        else:
+            self.target(message)
+
+    def release(self, target: Warn) -> None:
+        self.target = target
+        for message in self.held:
+            target(message)
+
+
+def _gpu_collector(config: AgentConfig, warn: Warn, require: bool) -> Any:
+    from agents.collectors.nvml import NvmlCollector
+
+    if config.gpu_backend == "sim":
+        try:
+            from agents.sim.gpus import SimNvml
+        except ImportError as exc:
+            raise StartupError(f"the simulated GPU backend is unavailable ({exc})") from None
+        nvml = SimNvml.for_host(config.hostname, config.sim_gpus,
+                                list(config.vllm_metrics_urls))
+        return NvmlCollector(nvml=nvml, warn=warn)
+    held = _HeldWarnings()
+    collector = _optional("nvml", warn, lambda: NvmlCollector(warn=held))
+    if collector is not None and getattr(collector, "available", True):
+        held.release(warn)
+        return collector
+    reason = "; ".join(held.held) or "the NVML collector did not start"
+    advice = ("install the NVIDIA driver (libnvidia-ml) or use --gpu-backend sim "
+              "to simulate GPUs")
+    if require:
+        raise StartupError(f"NVML is not available ({reason}): {advice}")
+    warn(f"NVML is not available ({reason}); continuing without GPUs: {advice}")
+    return None
+
+
+def _optional(source: str, warn: Warn, make: Callable[[], Any]) -> Any:
+    try:
+        return make()
+    except Exception as exc:  # a collector that cannot start: its metrics are absent
+        warn(f"{source}: unavailable ({type(exc).__name__}: {exc}); its metrics are absent")
+        return None
+
+
+def _host_collector(warn: Warn) -> Any:
+    from agents.collectors.host import HostCollector
+
+    return HostCollector(warn=warn)
+
+
+def _process_collector(warn: Warn) -> Any:
+    from agents.collectors.process import ProcessCollector
+
+    return ProcessCollector(warn=warn)
+
+
+def _vllm_collector(url: str, warn: Warn) -> Any:
+    from agents.collectors.vllm import VllmCollector
+
+    return VllmCollector(url, warn=warn)

@@ -1,0 +1,166 @@
+"""The vLLM collector: scrapes one vLLM server's Prometheus /metrics into engine.* samples.
+
+One server can run several engines (data parallelism, the `engine` label): each is an engine
+of its own, named "vllm:<port>/<engine label>". Gauges are sent as read; counters as rates
+and histograms as bucket deltas over the monotonic interval since the previous scrape, so the
+first scrape has gauges only.
+
+When a scrape fails the engines are reported {"up": 0} and the previous readings are kept:
+the next good scrape then differences across the gap. Its rates are the average over the gap,
+and its histogram deltas hold every request finished during it, so the server's sums stay
+whole. That matters most when the scrape times out because the server is busiest.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from agents.collectors.base import Warn, WarnOnce, stderr_warn
+from agents.collectors.vllm_names import DEFAULT_ENGINE, GAUGES
+from agents.collectors.vllm_parse import EngineReadings, Memo, VllmMetricsError, parse_metrics
+from agents.collectors.vllm_rates import interval_values
+from agents.protocol import wire_keys
+
+__all__ = ["Fetch", "VllmCollector", "VllmMetricsError", "http_get", "parse_metrics"]
+
+Fetch = Callable[[str, float], str]  # (url, timeout in seconds) -> the page's text
+
+_MAX_BYTES = 16 * 1024 * 1024  # a vLLM page is ~60 KB an engine; anything this big is not one
+# The scraped server is on this host: an http_proxy from the environment must not apply.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# ValueError: a bad URL or text decode; LookupError: a charset Python does not know.
+_SCRAPE_ERRORS = (OSError, http.client.HTTPException, VllmMetricsError, ValueError, LookupError)
+_CATALOG = wire_keys("engine")
+SIMULATED_OWNER = "pitwall-sim"  # /v1/models "owned_by" of agents/sim/vllm_server.py
+
+
+def http_get(url: str, timeout: float) -> str:
+    with _OPENER.open(url, timeout=timeout) as response:  # raises HTTPError unless 2xx
+        body = response.read(_MAX_BYTES + 1)
+        charset = response.headers.get_content_charset() or "utf-8"
+    if len(body) > _MAX_BYTES:
+        raise VllmMetricsError(f"page larger than {_MAX_BYTES} bytes")
+    return body.decode(charset, errors="replace")
+
+
+def _reason(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):  # connect errors come wrapped
+        if not isinstance(exc.reason, BaseException):
+            return str(exc.reason)
+        exc = exc.reason
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    if isinstance(exc, VllmMetricsError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _port(url: str) -> int:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"vLLM metrics URL must be http(s)://host[:port]/path, not {url!r}")
+    return parts.port or (443 if parts.scheme == "https" else 80)  # .port raises if bad
+
+
+def _gauge(key: str, value: float) -> float:
+    # Keep the catalog's bounds (kv_cache_usage 0-1): a float edge would refuse a whole batch.
+    metric = _CATALOG[key]
+    low = value if metric.low is None else max(metric.low, value)
+    return low if metric.high is None else min(metric.high, low)
+
+
+class VllmCollector:
+    def __init__(self, url: str, *, timeout: float = 0.8, warn: Warn = stderr_warn,
+                 fetch: Fetch | None = None, models_fetch: Fetch | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.url = url
+        self.port = _port(url)  # process discovery matches the vLLM process by its port
+        self.timeout = timeout
+        self._fetch = fetch or http_get
+        self._models_fetch = models_fetch or http_get
+        self._clock = clock
+        self._warn = WarnOnce(warn)
+        self._source = f"vllm {url}"
+        self._latest: dict[str, EngineReadings] = {}  # last good scrape: names, inventory
+        self._prev: dict[str, EngineReadings] = {}  # the baseline for rates
+        self._prev_time: float | None = None
+        self._memo: Memo = {}  # the last page's parsed blocks, reused while they repeat
+        self.simulated: bool | None = None  # None until the server has said what it is
+
+    def _identify(self) -> None:
+        """Ask the server once what it is: Pitwall's simulated vLLM says so in /v1/models.
+
+        Only its own word marks an engine simulated; a server that does not answer is taken
+        for a real one (it is asked once, not every interval).
+        """
+        parts = urlsplit(self.url)
+        self.simulated = False
+        try:
+            models = json.loads(self._models_fetch(
+                f"{parts.scheme}://{parts.netloc}/v1/models", self.timeout))
+            self.simulated = SIMULATED_OWNER in {m.get("owned_by") for m in models["data"]}
+        except (*_SCRAPE_ERRORS, AttributeError, TypeError, KeyError):
+            pass
+
+    def engine_name(self, engine: str) -> str:
+        return f"vllm:{self.port}/{engine}"
+
+    def _engines(self) -> list[str]:
+        return list(self._latest) or [DEFAULT_ENGINE]
+
+    def collect(self) -> list[dict[str, Any]]:
+        try:
+            text = self._fetch(self.url, self.timeout)
+            now = self._clock()
+            engines = parse_metrics(text, self._memo)
+        except _SCRAPE_ERRORS as exc:
+            self._warn.fail(self._source, _reason(exc, self.timeout))
+            return [{"name": self.engine_name(engine), "up": 0} for engine in self._engines()]
+        if not engines:
+            self._warn.fail(self._source, "no vllm:* metrics (server run with "
+                                          "--disable-log-stats?)")
+            return [{"name": self.engine_name(engine), "up": 1} for engine in self._engines()]
+        self._warn.ok(self._source)
+        self._latest = engines
+        if self.simulated is None:
+            self._identify()
+        return self._samples(engines, now)
+
+    def _samples(self, engines: dict[str, EngineReadings], now: float) -> list[dict[str, Any]]:
+        dt = None if self._prev_time is None else now - self._prev_time
+        samples = []
+        for engine, readings in engines.items():
+            sample: dict[str, Any] = {"name": self.engine_name(engine), "up": 1}
+            sample.update((key, _gauge(key, readings.gauges[key]))
+                          for key in GAUGES if key in readings.gauges)
+            prev = self._prev.get(engine)
+            if prev is not None and dt is not None and dt > 0:
+                sample.update(interval_values(prev, readings, dt))
+            samples.append(sample)
+        if dt is None or dt > 0:  # a clock that did not move keeps the older baseline
+            self._prev, self._prev_time = engines, now
+        return samples
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """One entry per engine that collect() names, so every sample has its inventory."""
+        entries = []
+        for engine in self._engines():
+            readings = self._latest.get(engine)
+            entries.append({
+                "name": self.engine_name(engine),
+                "url": self.url,
+                "model": readings.model if readings else None,
+                "config": dict(readings.config) if readings else {},
+                "engine_index": int(engine) if engine.isdigit() else None,
+                "simulated": bool(self.simulated),
+            })
+        return entries

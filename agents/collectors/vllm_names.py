@@ -1,0 +1,84 @@
+"""Which vLLM /metrics families feed which engine.* catalog keys, across vLLM releases.
+
+Each key lists its source families in order of preference: the current name first, then the
+names older releases used (V0 engine, early V1). When a server emits both (vLLM 0.10-0.12
+still emitted the deprecated names beside the new ones), the first one present wins.
+Family names are as prometheus_client reports them: counters without their `_total`.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Gauges, taken as they are.
+GAUGES: dict[str, tuple[str, ...]] = {
+    "requests_running": ("vllm:num_requests_running",),
+    "requests_waiting": ("vllm:num_requests_waiting",),
+    # A 0-1 fraction despite "perc". gpu_cache_usage_perc: V0 and V1 until 0.12.
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+
+# Counters, summed over their other labels (finished_reason, reason) per engine. The agent
+# sends most of them as per-second rates; the two prefix-cache counters only feed
+# prefix_cache_hit_rate. gpu_prefix_cache_* counted blocks, prefix_cache_* counts tokens: both
+# were renamed in the same release, so a hit rate never mixes the two units.
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "preemptions": ("vllm:num_preemptions",),
+    "prompt_tokens": ("vllm:prompt_tokens",),
+    "generation_tokens": ("vllm:generation_tokens",),
+    "requests_finished": ("vllm:request_success",),
+    "admission_rejections": ("vllm:admission_rejections",),  # vLLM 0.33+ only
+    "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+}
+
+# Counter -> the catalog rate key it is sent as.
+RATES: dict[str, str] = {
+    "preemptions": "preemptions_per_s",
+    "prompt_tokens": "prompt_tokens_per_s",
+    "generation_tokens": "generation_tokens_per_s",
+    "requests_finished": "requests_finished_per_s",
+    "admission_rejections": "admission_rejections_per_s",
+}
+
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft_seconds": ("vllm:time_to_first_token_seconds",),
+    # time_per_output_token_seconds measured the same thing (V0, V1 until 0.12). Not to be
+    # confused with request_time_per_output_token_seconds, a per-request average.
+    "itl_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e_seconds": ("vllm:e2e_request_latency_seconds",),
+    "queue_seconds": ("vllm:request_queue_time_seconds",),
+}
+
+# A gauge of value 1 whose labels carry the cache config (block_size, num_gpu_blocks, ...).
+CACHE_CONFIG = "vllm:cache_config_info"
+
+# Labels that say whose series it is, not what it measures.
+ENGINE_LABEL = "engine"  # the data-parallel rank; absent before V1 added it
+MODEL_LABEL = "model_name"
+DEFAULT_ENGINE = "0"
+
+
+def wanted_families() -> tuple[str, ...]:
+    names = [CACHE_CONFIG]
+    for table in (GAUGES, COUNTERS, HISTOGRAMS):
+        for families in table.values():
+            names.extend(families)
+    return tuple(names)
+
+
+def _wanted_line_pattern() -> re.Pattern[str]:
+    # A HELP/TYPE line or a sample of a family we map. The suffixes are what the text format
+    # adds to a family name; `_created` is left out on purpose (its own gauge family in V1).
+    names = "|".join(re.escape(name) for name in wanted_families())
+    return re.compile(
+        rf"^(?:# (?:HELP|TYPE) )?(?:{names})(?:_total|_bucket|_sum|_count)?[ \t{{].*$",
+        re.MULTILINE)
+
+
+# Lines worth parsing: about a fifth of a vLLM 0.33 page (140 of 640 lines).
+WANTED_LINE = _wanted_line_pattern()
+
+# Lines that do not even look like a comment, a blank or `name{...} value` / `name value`:
+# `$ curl ...`, `...`, an HTML error page. They are handed to the parser, which says why.
+SUSPECT_LINE = re.compile(r"^(?!#|[a-zA-Z_:][a-zA-Z0-9_:]*[ \t{]|[ \t\r]*$).+$", re.MULTILINE)

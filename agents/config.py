@@ -1,0 +1,174 @@
+"""Command-line options and environment: everything the agent is told, checked once at start.
+
+Flags win over the environment (PITWALL_SERVER, PITWALL_TOKEN, PITWALL_TOKEN_FILE). The token
+is held out of ``repr`` so that no log line or traceback can print it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from agents import __version__
+
+DEFAULT_INTERVAL = 1.0
+DEFAULT_SIM_GPUS = 8
+DEFAULT_SPOOL_MAX_BYTES = 256 * 1024 * 1024
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+class ConfigError(Exception):
+    """A setting that cannot work; the message is one line for the operator."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    command: str  # "run" or "probe"
+    gpu_backend: str = "nvml"
+    sim_gpus: int = DEFAULT_SIM_GPUS
+    vllm_metrics_urls: tuple[str, ...] = ()
+    interval: float = DEFAULT_INTERVAL
+    hostname: str = field(default_factory=socket.gethostname)
+    spool_dir: Path = field(default_factory=lambda: default_spool_dir())
+    spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    log_level: str = "warning"
+    server: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+
+def default_spool_dir(euid: int | None = None, env: Mapping[str, str] = os.environ) -> Path:
+    """/var/lib for a root service, the XDG state directory (~/.local/state) otherwise."""
+    if (os.geteuid() if euid is None else euid) == 0:
+        return Path("/var/lib/pitwall-agent/spool")
+    state = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "pitwall-agent" / "spool"
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def parse_size(text: str) -> int:
+    """Bytes, with an optional binary suffix: 268435456, 256M, 256MiB, 1G."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size in bytes (e.g. 256MiB): {text!r}")
+    unit = (match[2] or "b")[0].lower()
+    value = int(match[1]) * {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit]
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 byte")
+    return value
+
+
+def _http_url(text: str) -> str:
+    url = urlsplit(text)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise argparse.ArgumentTypeError(f"not an http(s):// URL: {text!r}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--gpu-backend", choices=("nvml", "sim"), default="nvml",
+                        help="where GPU metrics come from: NVML (default) or simulated GPUs")
+    common.add_argument("--sim-gpus", type=_count, default=DEFAULT_SIM_GPUS, metavar="N",
+                        help="GPUs to simulate with --gpu-backend sim (default %(default)s)")
+    common.add_argument("--vllm-metrics-url", action="append", default=[], type=_http_url,
+                        metavar="URL", dest="vllm_metrics_urls",
+                        help="a vLLM /metrics URL to scrape (repeat for several engines)")
+    common.add_argument("--interval", type=_positive_float, default=DEFAULT_INTERVAL,
+                        metavar="S", help="seconds between samples (default 1.0)")
+    common.add_argument("--hostname", default=None,
+                        help="name this host reports (default: the system hostname)")
+    common.add_argument("--spool-dir", type=Path, default=None,
+                        help="where unsent batches wait (default ~/.local/state/pitwall-agent/"
+                             "spool, or /var/lib/pitwall-agent/spool as root)")
+    common.add_argument("--spool-max-bytes", type=parse_size, default=DEFAULT_SPOOL_MAX_BYTES,
+                        metavar="SIZE", help="spool bound; past it the oldest batches are "
+                                             "evicted and counted (default 256MiB)")
+    common.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="warning")
+
+    parser = argparse.ArgumentParser(
+        prog="pitwall-agent",
+        description="Sample GPUs, the host and vLLM engines; stream them to Pitwall.")
+    parser.add_argument("--version", action="version", version=f"pitwall-agent {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser("run", parents=[common], help="stream samples to the server")
+    run.add_argument("--server", metavar="URL", type=_http_url,
+                     help="control plane base URL (env PITWALL_SERVER)")
+    token = run.add_mutually_exclusive_group()
+    token.add_argument("--token", help="agent token (env PITWALL_TOKEN; prefer --token-file: "
+                                       "command lines are visible to other users)")
+    token.add_argument("--token-file", type=Path, metavar="PATH",
+                       help="file holding the agent token (env PITWALL_TOKEN_FILE)")
+    commands.add_parser("probe", parents=[common],
+                        help="collect one interval and print the batch as JSON")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace,
+                     env: Mapping[str, str] = os.environ) -> AgentConfig:
+    config = AgentConfig(
+        command=args.command,
+        gpu_backend=args.gpu_backend,
+        sim_gpus=args.sim_gpus,
+        vllm_metrics_urls=tuple(args.vllm_metrics_urls),
+        interval=args.interval,
+        hostname=args.hostname or socket.gethostname(),
+        spool_dir=args.spool_dir or default_spool_dir(env=env),
+        spool_max_bytes=args.spool_max_bytes,
+        log_level=args.log_level,
+    )
+    if args.command != "run":
+        return config
+    server = args.server or env.get("PITWALL_SERVER")
+    if not server:
+        raise ConfigError("no server: pass --server URL or set PITWALL_SERVER")
+    try:
+        _http_url(server)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"PITWALL_SERVER: {exc}") from None
+    token = read_token(args.token, args.token_file, env)
+    return dataclasses.replace(config, server=server, token=token)
+
+
+def read_token(token: str | None, token_file: Path | None,
+               env: Mapping[str, str] = os.environ) -> str:
+    """The token from the flags, else the environment; never echoed in an error."""
+    if token is None and token_file is None:
+        token = env.get("PITWALL_TOKEN") or None
+        token_file = Path(env["PITWALL_TOKEN_FILE"]) if env.get("PITWALL_TOKEN_FILE") else None
+    if token is None and token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the token file {token_file}: {exc.strerror}") from None
+        if not token:
+            raise ConfigError(f"the token file {token_file} is empty")
+    if not token:
+        raise ConfigError("no agent token: pass --token-file PATH (or --token, or set "
+                          "PITWALL_TOKEN_FILE / PITWALL_TOKEN)")
+    if not (token.isascii() and token.isprintable()):
+        # It travels in an HTTP header: say so now rather than fail on every send.
+        raise ConfigError("the agent token holds characters an HTTP header cannot carry")
+    return token

@@ -1,0 +1,185 @@
+"""The collection loop: one sample per interval from every collector, framed into a batch.
+
+Collectors are duck-typed (see agents/collectors/): the loop only calls ``collect()``,
+``inventory()`` and the few linking helpers, so tests drive it with small fakes. A collector
+that raises is reported in one line and its section is skipped for that interval; the loop
+itself never dies from a collector.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from agents.batch import Batch, BatchBuilder
+from agents.collectors.base import Warn, WarnOnce, stderr_warn
+
+T = TypeVar("T")
+
+
+@dataclass
+class Sources:
+    host: Any | None = None  # HostCollector
+    gpus: Any | None = None  # NvmlCollector (real or simulated NVML)
+    engines: list[Any] = field(default_factory=list)  # VllmCollector, one per metrics URL
+    processes: Any | None = None  # ProcessCollector
+    simulated: bool = False  # the GPUs are simulated (--gpu-backend sim)
+    numa_node: Callable[[str], int | None] | None = None  # PCI bus id -> NUMA node
+    hostname: str | None = None  # overrides the host collector's (--hostname; a sim fleet)
+
+    def close(self) -> None:
+        if self.gpus is not None:
+            self.gpus.close()
+
+
+class Sampler:
+    """Takes samples and describes the host; remembers which engine runs on which GPUs."""
+
+    def __init__(self, sources: Sources, warn: Warn = stderr_warn,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.sources = sources
+        self._state = WarnOnce(warn)
+        self._wall = wall
+        self._engine_gpus: dict[str, list[str]] = {}
+        # Inventory parts last read successfully: a failing read must not look like a change.
+        self._last: dict[str, Any] = {}
+
+    def _call(self, source: str, read: Callable[[], T]) -> T | None:
+        try:
+            value = read()
+        except Exception as exc:  # a collector bug must cost one section, not the agent
+            self._state.fail(source, f"{type(exc).__name__}: {exc}; skipped this interval")
+            return None
+        self._state.ok(source)
+        return value
+
+    def sample(self) -> dict[str, Any]:
+        src = self.sources
+        sample: dict[str, Any] = {"ts": self._wall()}
+        if src.host is not None:
+            sample["host"] = self._call("host", src.host.collect)
+        gpu_mem: dict[int, dict[str, int]] | None = None
+        if src.gpus is not None:
+            sample["gpus"] = self._call("nvml", src.gpus.collect)
+            gpu_mem = self._call("nvml processes", src.gpus.process_gpu_memory)
+        sample["engines"], engine_pids = self._engines(gpu_mem)
+        if src.processes is not None and engine_pids:
+            sample["processes"] = self._call(
+                "processes", lambda: src.processes.collect(engine_pids, gpu_mem or {}))
+        return {key: value for key, value in sample.items() if value or key == "ts"}
+
+    def _engines(self, gpu_mem: dict[int, dict[str, int]] | None,
+                 ) -> tuple[list[dict[str, Any]], dict[str, list[int]]]:
+        entries: list[dict[str, Any]] = []
+        engine_pids: dict[str, list[int]] = {}
+        for engine in self.sources.engines:
+            found = self._call(f"vllm {getattr(engine, 'url', '')}".rstrip(), engine.collect)
+            names = [entry["name"] for entry in found or () if "name" in entry]
+            entries.extend(found or ())
+            pids = self._find_pids(engine) if names else []
+            if pids:
+                # The processes behind one URL serve all its engines; with several (data
+                # parallel) they are booked under the first name.
+                engine_pids[names[0]] = pids
+            if names and gpu_mem is not None:  # no NVML answer this time: keep the old link
+                self._link(names, pids, gpu_mem)
+        return entries, engine_pids
+
+    def _find_pids(self, engine: Any) -> list[int]:
+        procs, port = self.sources.processes, getattr(engine, "port", None)
+        if procs is None or port is None:
+            return []
+        return self._call("processes", lambda: procs.find_engine_pids(port)) or []
+
+    def _link(self, names: list[str], pids: list[int],
+              gpu_mem: dict[int, dict[str, int]]) -> None:
+        """An engine runs on the GPUs where its processes hold memory."""
+        uuids = sorted({uuid for pid in pids for uuid in gpu_mem.get(pid, {})})
+        for name in names:
+            self._engine_gpus[name] = uuids
+
+    def inventory(self) -> dict[str, Any]:
+        src = self.sources
+        inventory: dict[str, Any] = dict(self._part("host inventory", src.host, dict))
+        if src.hostname:
+            inventory["hostname"] = src.hostname
+        inventory["simulated"] = src.simulated
+        driver = self._part("nvml driver", src.gpus, lambda: None, "driver_version")
+        if driver is not None:
+            inventory["driver_version"] = driver
+        inventory["gpus"] = [self._gpu_info(gpu) for gpu in self._part("nvml inventory",
+                                                                         src.gpus, list)]
+        inventory["engines"] = [
+            {**engine, "gpu_uuids": self._engine_gpus.get(engine.get("name", ""), [])}
+            for index, collector in enumerate(src.engines)
+            for engine in self._part(f"vllm inventory {index}", collector, list)
+        ]
+        return inventory
+
+    def _part(self, source: str, collector: Any, empty: Callable[[], Any],
+              method: str = "inventory") -> Any:
+        if collector is None:
+            return empty()
+        value = self._call(source, getattr(collector, method))
+        if value is None and source in self._last:
+            return self._last[source]
+        self._last[source] = value if value is not None else empty()
+        return self._last[source]
+
+    def _gpu_info(self, gpu: dict[str, Any]) -> dict[str, Any]:
+        info = dict(gpu)
+        if self.sources.simulated:
+            info["simulated"] = True
+        lookup, bus_id = self.sources.numa_node, info.get("pci_bus_id")
+        if info.get("numa_node") is None and lookup is not None and bus_id:
+            info["numa_node"] = self._call("numa", lambda: lookup(bus_id))
+        return info
+
+
+class Loop:
+    """Ticks on a ``time.monotonic()`` deadline: a slow interval never shifts the next ones."""
+
+    def __init__(self, sampler: Sampler, builder: BatchBuilder, submit: Callable[[Batch], None],
+                 interval: float = 1.0, warn: Warn = stderr_warn,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.sampler = sampler
+        self.builder = builder
+        self.submit = submit
+        self.interval = interval
+        self._overrun = WarnOnce(warn)
+        self._clock = clock
+
+    def tick(self) -> Batch:
+        sample = self.sampler.sample()
+        batch = self.builder.build([sample], self.sampler.inventory())
+        self.submit(batch)
+        return batch
+
+    def run(self, stop: threading.Event, wait: Callable[[float], bool] | None = None) -> None:
+        """Tick until ``stop`` is set; ``wait(seconds)`` returns True when stopped early."""
+        wait = wait or stop.wait
+        deadline = self._clock()
+        while not stop.is_set():
+            self.tick()
+            deadline += self.interval
+            now = self._clock()
+            if now > deadline:
+                # Fell behind (a collector hung): skip the missed ticks instead of bursting.
+                # Said once per run: a host that is always slow should not fill the log.
+                self._overrun.fail("loop", f"collecting took longer than the {self.interval} s "
+                                   "interval; missed ticks are skipped, not made up")
+                deadline += math.ceil((now - deadline) / self.interval) * self.interval
+            if wait(deadline - now):
+                return
+
+
+def probe(sampler: Sampler, builder: BatchBuilder, interval: float,
+          sleep: Callable[[float], object] = time.sleep) -> Batch:
+    """One interval's batch: a first sample primes the rates, the second one is kept."""
+    sampler.sample()
+    sleep(interval)
+    return builder.build([sampler.sample()], sampler.inventory())

@@ -1,0 +1,365 @@
+"""A simulated ``vllm serve``: the OpenAI endpoints and /metrics of vLLM 0.33, no GPU needed.
+
+    python -m agents.sim.vllm_server --port 8001 --model Qwen/Qwen3-8B --load 4
+
+Each data-parallel rank is an EngineModel driven by real time: every scrape, completion and
+/sim/state call first advances the engines to the clock, and a ticker thread does so between.
+POST /v1/completions joins the simulated queue and answers when the engine has generated its
+tokens. /metrics is exactly vLLM's; the simulation says what it is only on /v1/models
+(``owned_by: pitwall-sim``) and on GET /sim/state, which the simulated GPUs read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agents.sim.engine_model import (
+    GIB,
+    EngineConfig,
+    EngineModel,
+    Request,
+    RequestSpec,
+    SyntheticLoad,
+)
+from agents.sim.vllm_exposition import VllmExposition
+
+# The engines advance on every scrape and completion anyway; the ticker only bounds how much
+# simulated time one call may have to catch up on, and how late a completion is answered.
+TICK_IDLE_S = 0.25
+TICK_BUSY_S = 0.02  # while an HTTP completion waits
+_WORDS = ("the", "pit", "wall", "calls", "a", "stop", "on", "lap", "forty", "two")
+
+
+@dataclass
+class SimOptions:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_parallel_size: int = 1
+    gpu_indices: list[int] | None = None  # None: 0 .. tp*dp-1
+    load: float = 4.0
+    seed: int | None = None
+    startup_seconds: float = 0.0
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": self.kind, "param": None,
+                          "code": self.status}}
+
+
+class SimVllm:
+    """Everything but HTTP: readiness, the engines, their metrics, the simulated state."""
+
+    def __init__(self, options: SimOptions, clock: Callable[[], float] = time.monotonic) -> None:
+        options.engine.check()  # fail at startup, like vLLM, when the KV cache cannot fit
+        self.options = options
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.metrics = VllmExposition(options.engine, options.data_parallel_size)
+        self.ready_at = clock() + options.startup_seconds
+        self.engines: list[EngineModel] = []
+        self.closed = threading.Event()
+        self.wake = threading.Event()  # tells the ticker a completion now waits
+        self.waiters = 0
+        self._seen_prompts: set[int] = set()
+
+    @property
+    def ready(self) -> bool:
+        with self.lock:
+            return self._start_if_due()
+
+    def _start_if_due(self) -> bool:
+        if not self.engines and self.clock() >= self.ready_at:
+            opts, now = self.options, self.clock()
+            dp = opts.data_parallel_size
+            for rank, series in enumerate(self.metrics.engines):
+                seed = None if opts.seed is None else opts.seed + rank
+                load = SyntheticLoad(opts.load / dp, opts.engine.max_model_len, seed)
+                self.engines.append(EngineModel(opts.engine, now, load, series))
+        return bool(self.engines)
+
+    def tick(self) -> None:
+        with self.lock:
+            self._advance()
+
+    def _advance(self) -> None:
+        if not self._start_if_due():
+            return
+        now = self.clock()
+        for engine in self.engines:
+            for request in engine.advance(now):
+                if request.tag is not None:
+                    request.tag.set()  # wake the HTTP handler waiting for it
+
+    def scrape(self, accept: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
+        with self.lock:
+            self._advance()
+            for engine, series in zip(self.engines, self.metrics.engines, strict=False):
+                series.set_state(len(engine.running), len(engine.waiting),
+                                 engine.kv_cache_usage)
+            return self.metrics.render(accept, accept_encoding)
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /v1/completions: queue the request, wait for the engine, answer like vLLM."""
+        model = self.options.engine.model
+        if body.get("model", model) != model:
+            raise ApiError(404, f"The model `{body.get('model')}` does not exist.",
+                           "NotFoundError")
+        if body.get("stream"):
+            raise ApiError(400, "stream is not supported by the simulated server")
+        max_tokens = body.get("max_tokens", 16)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            raise ApiError(400, "max_tokens must be an integer")
+        prompt = _prompt_tokens(body.get("prompt"))
+        done = threading.Event()
+        request = self._submit(prompt, max_tokens, self._seen(body.get("prompt")), done)
+        try:
+            while not done.wait(0.5):
+                if self.closed.is_set():
+                    raise ApiError(503, "the server is shutting down",
+                                   "ServiceUnavailableError")
+        finally:
+            with self.lock:
+                self.waiters -= 1
+        return _completion(model, request)
+
+    def _submit(self, prompt: int, max_tokens: int, seen: bool,
+                done: threading.Event) -> Request:
+        """Hand the request to the least loaded engine (vLLM's data-parallel balancing)."""
+        with self.lock:
+            self._advance()
+            if not self.engines:
+                raise ApiError(503, "the engine is starting", "ServiceUnavailableError")
+            engine = min(self.engines, key=lambda e: len(e.waiting) + len(e.running))
+            spec = RequestSpec(prompt, max_tokens, max_tokens, prompt if seen else 0)
+            try:
+                request = engine.submit(spec, self.clock(), tag=done)
+            except ValueError as exc:
+                raise ApiError(400, str(exc)) from None
+            self.waiters += 1
+        self.wake.set()
+        return request
+
+    def _seen(self, prompt: Any) -> bool:
+        """A repeated prompt hits the prefix cache (a bounded memory of recent prompts)."""
+        key = hash(json.dumps(prompt))
+        seen = key in self._seen_prompts
+        if len(self._seen_prompts) >= 4096:
+            self._seen_prompts.clear()
+        self._seen_prompts.add(key)
+        return seen
+
+    def models(self) -> dict[str, Any]:
+        model = self.options.engine.model
+        return {"object": "list", "data": [{
+            "id": model, "object": "model", "created": int(time.time()),
+            "owned_by": "pitwall-sim", "root": model, "parent": None,
+            "max_model_len": self.options.engine.max_model_len}]}
+
+    def state(self) -> dict[str, Any]:
+        """GET /sim/state: what the simulated GPUs follow (engine ranks averaged)."""
+        opts, engines = self.options, self.engines
+        with self.lock:
+            self._advance()
+            now, n = self.clock(), max(1, len(engines))
+            return {
+                "simulated": True, "pid": os.getpid(),
+                "gpu_indices": list(opts.gpu_indices if opts.gpu_indices is not None else
+                                    range(opts.engine.tensor_parallel_size *
+                                          opts.data_parallel_size)),
+                "gpu_memory_utilization": opts.engine.gpu_memory_utilization,
+                "weights_bytes_per_gpu": opts.engine.weights_bytes_per_gpu,
+                "kv_cache_usage": sum(e.kv_cache_usage for e in engines) / n,
+                "busy_fraction": sum(e.busy_fraction(now) for e in engines) / n,
+                "requests_running": sum(len(e.running) for e in engines),
+                "requests_waiting": sum(len(e.waiting) for e in engines)}
+
+
+def _completion(model: str, request: Request) -> dict[str, Any]:
+    text = " ".join(_WORDS[i % len(_WORDS)] for i in range(request.generated))
+    return {"id": f"cmpl-{id(request):x}", "object": "text_completion",
+            "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None,
+                         "finish_reason": request.finish_reason, "stop_reason": None,
+                         "prompt_logprobs": None}],
+            "usage": {"prompt_tokens": request.prompt_tokens,
+                      "total_tokens": request.prompt_tokens + request.generated,
+                      "completion_tokens": request.generated, "prompt_tokens_details": None}}
+
+
+def _prompt_tokens(prompt: Any) -> int:
+    """Token count of a prompt: token ids as given, text at about 4 characters a token."""
+    if isinstance(prompt, str) and prompt:
+        return max(1, round(len(prompt) / 4))
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    raise ApiError(400, "prompt must be a non-empty string or a list of token ids")
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: SimHttpServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # the fleet runs several of these; access logs would drown the agent's output
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def _route(self, method: str) -> None:
+        started, sim, path = time.perf_counter(), self.server.sim, self.path.split("?")[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            status, body, headers = self._dispatch(sim, method, path, raw)
+        except ApiError as exc:
+            status, body, headers = exc.status, _json(exc.body()), {}
+        headers.setdefault("Content-Type", "application/json")
+        self.send_response(status)
+        for name, value in {**headers, "Content-Length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+        handler = path if path in _PATHS else "none"  # the instrumentator's untemplated name
+        sim.metrics.observe_http(method, handler, status, length, len(body),
+                                 time.perf_counter() - started)
+
+    def _dispatch(self, sim: SimVllm, method: str, path: str,
+                  raw: bytes) -> tuple[int, bytes, dict[str, str]]:
+        if (method, path) == ("GET", "/sim/state"):
+            return 200, _json(sim.state()), {}
+        if (method, path) not in _ROUTES:
+            raise ApiError(404, "Not Found", "NotFoundError")
+        if not sim.ready:
+            raise ApiError(503, "the engine is starting", "ServiceUnavailableError")
+        if path == "/health":
+            return 200, b"", {}
+        if path == "/metrics":
+            return 200, *sim.scrape(self.headers.get("Accept", ""),
+                                    self.headers.get("Accept-Encoding", ""))
+        if path == "/v1/models":
+            return 200, _json(sim.models()), {}
+        try:
+            request = json.loads(raw or b"{}")
+        except ValueError:
+            raise ApiError(400, "the body is not JSON") from None
+        if not isinstance(request, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return 200, _json(sim.complete(request)), {}
+
+
+_ROUTES = {("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"),
+           ("POST", "/v1/completions")}
+_PATHS = {path for _, path in _ROUTES} | {"/sim/state"}
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+class SimHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, sim: SimVllm, host: str, port: int) -> None:
+        self.sim = sim
+        super().__init__((host, port), Handler)
+
+
+class RunningServer:
+    """A SimVllm served on a port, with its ticker; ``close()`` stops both."""
+
+    def __init__(self, sim: SimVllm, httpd: SimHttpServer) -> None:
+        self.sim, self.httpd = sim, httpd
+        self._threads = [threading.Thread(target=httpd.serve_forever, daemon=True),
+                         threading.Thread(target=self._tick, daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    def _tick(self) -> None:
+        sim = self.sim
+        while not sim.closed.is_set():
+            sim.wake.wait(TICK_BUSY_S if sim.waiters else TICK_IDLE_S)
+            sim.wake.clear()
+            sim.tick()
+
+    def close(self) -> None:
+        self.sim.closed.set()
+        self.sim.wake.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        for thread in self._threads:
+            thread.join()
+
+
+def start(options: SimOptions, clock: Callable[[], float] = time.monotonic) -> RunningServer:
+    sim = SimVllm(options, clock)
+    return RunningServer(sim, SimHttpServer(sim, options.host, options.port))
+
+
+def parse_args(argv: Sequence[str]) -> SimOptions:
+    p = argparse.ArgumentParser(prog="python -m agents.sim.vllm_server",
+                                description="A simulated vLLM 0.33 OpenAI-compatible server.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", default=EngineConfig.model)
+    for flag, kind, default in (
+            ("--max-num-seqs", int, 256), ("--max-num-batched-tokens", int, 8192),
+            ("--gpu-memory-utilization", float, 0.9), ("--tensor-parallel-size", int, 1),
+            ("--data-parallel-size", int, 1), ("--block-size", int, 16),
+            ("--max-model-len", int, 8192), ("--gpu-mem-bytes", int, 80 * GIB),
+            ("--load", float, 4.0), ("--seed", int, None), ("--startup-seconds", float, 0.0)):
+        p.add_argument(flag, type=kind, default=default)
+    p.add_argument("--gpu-indices", default=None, help='the simulated GPUs, e.g. "0,1"')
+    a = p.parse_args(argv)
+    engine = EngineConfig(a.model, a.max_num_seqs, a.max_num_batched_tokens,
+                          a.gpu_memory_utilization, a.tensor_parallel_size, a.block_size,
+                          a.max_model_len, a.gpu_mem_bytes)
+    gpus = None if a.gpu_indices is None else [int(i) for i in a.gpu_indices.split(",") if i]
+    return SimOptions(engine, a.host, a.port, a.data_parallel_size, gpus, a.load, a.seed,
+                      a.startup_seconds)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        server = start(options)
+    except (ValueError, OSError) as exc:
+        print(f"pitwall-sim vllm: error: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"pitwall-sim vllm: {options.engine.model} on http://{options.host}:{server.port} "
+          f"(simulated, {options.data_parallel_size} engine(s), "
+          f"{options.engine.num_gpu_blocks} KV blocks)", file=sys.stderr, flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

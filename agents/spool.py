@@ -1,0 +1,249 @@
+"""On-disk spool: batches the server could not take yet, kept across restarts, replayed in order.
+
+One gzip file per batch, named ``<16-digit counter>-<samples>.json.gz`` so that a plain sort is
+the send order; the counter continues from the highest name on disk, so order holds across
+restarts. Files are written atomically (tmp + fsync + rename), so a crash leaves either a whole
+batch or nothing. The spool is bounded by the bytes of its files; past the bound the oldest
+batches are evicted and counted in ``evictions.json``, and those counts travel to the server in
+``agent.spool`` until it acknowledges them.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import re
+import threading
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.collectors.base import Warn, WarnOnce, stderr_warn
+
+Batch = dict[str, Any]
+
+_NAME = re.compile(r"^(\d{16})-(\d+)\.json\.gz(\.corrupt)?$")
+_TMP_PREFIX = ".tmp-"
+_EVICTIONS = "evictions.json"
+# Replay groups: what one multi-batch request carries at most (uncompressed JSON bytes).
+REPLAY_MAX_BATCHES = 200
+REPLAY_MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    size: int  # bytes on disk, what the bound counts
+    samples: int
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """A batch read back from the spool; ``name`` is what ``Spool.remove`` takes."""
+
+    name: str
+    batch: Batch
+    json_bytes: int
+
+
+def encode(batch: Batch) -> bytes:
+    return json.dumps(batch, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` so that ``path`` holds either the old content or all of the new one."""
+    tmp = path.with_name(_TMP_PREFIX + path.name)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    # The rename itself is only durable once the directory entry is on disk.
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Spool:
+    """A bounded FIFO of batches on disk; safe to use from the collector and sender threads."""
+
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int,
+                 warn: Warn = stderr_warn) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self._warn = warn
+        self._lock = threading.Lock()
+        self._entries: deque[_Entry] = deque()
+        self._bytes = 0
+        self._next = 0
+        self._evicted = [0, 0]  # batches, samples
+        # Batches carry hostnames and engine configs: keep them private to the agent's user.
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.access(self.directory, os.W_OK | os.X_OK):  # say so at start, not mid-outage
+            raise PermissionError(errno.EACCES, "not writable", str(self.directory))
+        self._state = WarnOnce(warn)
+        self._load()
+
+    def _load(self) -> None:
+        for name in sorted(os.listdir(self.directory)):
+            path = self.directory / name
+            if name.startswith(_TMP_PREFIX):
+                path.unlink(missing_ok=True)  # a write a crash interrupted: never spooled
+                continue
+            match = _NAME.match(name)
+            if not match:
+                continue
+            self._next = max(self._next, int(match[1]) + 1)
+            if not match[3]:
+                entry = _Entry(name, path.stat().st_size, int(match[2]))
+                self._entries.append(entry)
+                self._bytes += entry.size
+        self._evicted = self._read_evictions()
+
+    def _read_evictions(self) -> list[int]:
+        path = self.directory / _EVICTIONS
+        try:
+            data = json.loads(path.read_text())
+            return [int(data["batches"]), int(data["samples"])]
+        except FileNotFoundError:
+            return [0, 0]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._warn(f"spool: unreadable {path} ({exc}); eviction counts restart at 0")
+            return [0, 0]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def append(self, batch: Batch) -> None:
+        """Add a batch behind the others, evicting the oldest ones past the bound."""
+        samples = len(batch.get("samples", ()))
+        try:
+            data = gzip.compress(encode(batch), compresslevel=6, mtime=0)
+        except (TypeError, ValueError) as exc:  # a collector put something JSON cannot hold
+            self._warn(f"spool: a batch cannot be encoded as JSON ({exc}); counted as evicted")
+            with self._lock:
+                self._count_evicted(1, samples)
+            return
+        with self._lock:
+            if len(data) > self.max_bytes:
+                self._warn(f"spool: a batch of {len(data)} bytes exceeds the whole spool "
+                           f"bound ({self.max_bytes}); counted as evicted")
+                self._count_evicted(1, samples)
+                return
+            evicted = [0, 0]
+            while self._entries and self._bytes + len(data) > self.max_bytes:
+                old = self._entries.popleft()
+                self._bytes -= old.size
+                (self.directory / old.name).unlink(missing_ok=True)
+                evicted[0] += 1
+                evicted[1] += old.samples
+            name = f"{self._next:016d}-{samples}.json.gz"
+            try:
+                write_atomic(self.directory / name, data)
+            except OSError as exc:  # disk full, most likely: said once, not every interval
+                self._state.fail("spool", f"cannot write to {self.directory} "
+                                          f"({exc.strerror or exc}); batches counted as evicted")
+                evicted[0] += 1
+                evicted[1] += samples
+            else:
+                self._state.ok("spool")
+                self._next += 1
+                self._entries.append(_Entry(name, len(data), samples))
+                self._bytes += len(data)
+            if evicted[0]:
+                self._count_evicted(*evicted)
+
+    def peek(self, max_batches: int = REPLAY_MAX_BATCHES,
+             max_bytes: int = REPLAY_MAX_BYTES) -> list[Spooled]:
+        """The oldest batches, in order, up to the limits (always at least one if any)."""
+        with self._lock:
+            head = [self._entries[i] for i in range(min(max_batches, len(self._entries)))]
+        group: list[Spooled] = []
+        total = 0
+        for entry in head:
+            batch, size = self._read(entry)
+            if batch is None:
+                continue
+            if group and total + size > max_bytes:
+                break
+            group.append(Spooled(entry.name, batch, size))
+            total += size
+        return group
+
+    def _read(self, entry: _Entry) -> tuple[Batch | None, int]:
+        path = self.directory / entry.name
+        try:
+            raw = gzip.decompress(path.read_bytes())
+            batch = json.loads(raw)
+            if not isinstance(batch, dict):
+                raise ValueError("not a JSON object")
+            return batch, len(raw)
+        except FileNotFoundError:  # evicted meanwhile, or deleted by hand: forget it
+            with self._lock:
+                self._forget({entry.name})
+            return None, 0
+        except (OSError, EOFError, zlib.error, ValueError) as exc:
+            self._set_aside(entry, exc)
+            return None, 0
+
+    def _set_aside(self, entry: _Entry, exc: Exception) -> None:
+        path = self.directory / entry.name
+        aside = path.with_name(entry.name + ".corrupt")
+        self._warn(f"spool: corrupt file {path} ({type(exc).__name__}: {exc}); moved to {aside}")
+        with self._lock:
+            self._forget({entry.name})
+            try:
+                os.replace(path, aside)
+            except OSError:
+                path.unlink(missing_ok=True)
+
+    def remove(self, names: list[str]) -> None:
+        """Delete batches the server acknowledged."""
+        with self._lock:
+            self._forget(set(names))
+        for name in names:
+            (self.directory / name).unlink(missing_ok=True)
+
+    def _forget(self, names: set[str]) -> None:
+        # Acknowledged batches are nearly always at the head: pop them first, cheaply.
+        while self._entries and self._entries[0].name in names:
+            names.discard(self._entries[0].name)
+            self._bytes -= self._entries.popleft().size
+        if names:
+            kept = deque(e for e in self._entries if e.name not in names)
+            self._bytes = sum(e.size for e in kept)
+            self._entries = kept
+
+    def evictions(self) -> tuple[int, int]:
+        """(batches, samples) evicted and not yet acknowledged by the server."""
+        with self._lock:
+            return self._evicted[0], self._evicted[1]
+
+    def acknowledge_evictions(self, batches: int, samples: int) -> None:
+        """The server stored a batch that reported these counts: stop reporting them."""
+        with self._lock:
+            self._count_evicted(-batches, -samples)
+
+    def _count_evicted(self, batches: int, samples: int) -> None:
+        self._evicted = [max(0, self._evicted[0] + batches), max(0, self._evicted[1] + samples)]
+        data = json.dumps({"batches": self._evicted[0], "samples": self._evicted[1]}).encode()
+        try:
+            write_atomic(self.directory / _EVICTIONS, data)
+        except OSError as exc:
+            self._warn(f"spool: cannot persist eviction counts ({exc})")

@@ -1,0 +1,1 @@
+"""Serializers of the read API, one module per resource."""

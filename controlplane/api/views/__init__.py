@@ -1,0 +1,1 @@
+"""Views of the read API, one module per resource."""

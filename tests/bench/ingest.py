@@ -1,0 +1,142 @@
+"""Ingest benchmark: N concurrent simulated agents against the real server and PostgreSQL.
+
+    make bench-ingest                       # 1,000 agents x 8 GPUs at 1 Hz for 30 s
+    python -m tests.bench.ingest --agents 1500 --duration 60 --workers 2
+
+Each agent sends a 1-second batch (8 GPUs, one engine with 4 histograms, 2 processes) with a
+unique sequence number over its own keep-alive connection. Reports batches/s, GPU rows/s,
+values/s, latency percentiles, errors, and CPU-seconds per million stored values for the
+server and PostgreSQL. The load generator runs on the same machine (its CPU is reported too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.bench import harness, loadgen
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--duration", type=float, default=30.0, help="measured seconds")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between batches")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument("--port", type=int, default=18765)
+    parser.add_argument("--out", type=Path, default=harness.ROOT / "var" / "bench" /
+                        "ingest.json")
+    return parser.parse_args(argv)
+
+
+def create_tokens(n: int) -> list[tuple[str, str]]:
+    import django
+
+    django.setup()
+    from controlplane.fleet.models import AgentToken, Host
+    from controlplane.lib import tokens
+
+    hosts = Host.objects.bulk_create([Host(hostname=f"bench-{i:05d}") for i in range(n)])
+    issued, rows = [], []
+    for host in hosts:
+        token, lookup, digest = tokens.new_token(tokens.AGENT)
+        rows.append(AgentToken(host=host, lookup=lookup, digest=digest))
+        issued.append((host.hostname, token))
+    AgentToken.objects.bulk_create(rows)
+    return issued
+
+
+def count_rows() -> dict[str, int]:
+    from django.db import connection
+
+    from controlplane.telemetry.schema import TABLES
+
+    counts = {}
+    with connection.cursor() as cursor:
+        for table in TABLES.values():
+            cursor.execute(f"SELECT count(*) FROM {table.name}")
+            counts[table.entity] = cursor.fetchone()[0]
+    return counts
+
+
+async def drive(args, agents, server_pid) -> dict:
+    await loadgen.register(agents, args.port)
+    results = loadgen.Results()
+    start = time.monotonic()
+    measure_from = start + args.warmup
+    until = measure_from + args.duration
+    server_cpu = harness.CpuMeter(lambda: harness.process_tree(server_pid))
+    pg_cpu = harness.CpuMeter(harness.postgres_processes)
+    self_cpu = harness.CpuMeter(lambda: [psutil.Process()])
+    tasks = [asyncio.create_task(loadgen.run_agent(a, args.port, args.interval, until,
+                                                   measure_from, results)) for a in agents]
+    await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
+    rows_before = await asyncio.to_thread(count_rows)
+    for meter in (server_cpu, pg_cpu, self_cpu):
+        meter.start()
+    wall = time.monotonic()
+    await asyncio.sleep(max(0.0, until - time.monotonic()))
+    elapsed = time.monotonic() - wall
+    cpu = {"server": server_cpu.stop(), "postgres": pg_cpu.stop(), "loadgen": self_cpu.stop()}
+    rows_after = await asyncio.to_thread(count_rows)
+    await asyncio.gather(*tasks)
+    return summarise(args, results, elapsed, cpu, rows_before, rows_after)
+
+
+def summarise(args, results, elapsed, cpu, before, after) -> dict:
+    stored = {k: after[k] - before[k] for k in after}
+    per_batch = loadgen.values_per_batch(args.gpus)
+    values = sum(stored[k] * per_batch[k] / max(1, {"host": 1, "gpu": args.gpus, "engine": 1,
+                                                     "proc": 2}[k]) for k in stored)
+    lat = results.latencies
+    return {
+        "machine": harness.machine(), "agents": args.agents, "gpus_per_agent": args.gpus,
+        "workers": args.workers, "interval_s": args.interval, "measured_s": round(elapsed, 1),
+        "batches_per_s": round(results.ok / elapsed, 1),
+        "gpu_rows_per_s": round(stored["gpu"] / elapsed, 1),
+        "values_per_s": round(values / elapsed, 1),
+        "latency_ms": {q: round(harness.percentile(lat, p) * 1000, 1)
+                       for q, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99),
+                                    ("max", 1.0))},
+        "errors": results.errors,
+        "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+        "cpu_s_per_million_values": {k: round(v / max(values, 1) * 1e6, 2)
+                                     for k, v in cpu.items()},
+        "cores_busy": {k: round(v / elapsed, 2) for k, v in cpu.items()},
+        "stored_rows": stored,
+    }
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    env = harness.bench_env()
+    os.environ.update({k: env[k] for k in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE",
+                                            "SECRET_KEY", "SECURE_SSL_REDIRECT")})
+    print(f"ingest bench: fresh database {harness.BENCH_DB}, {args.agents} agents ...",
+          flush=True)
+    harness.fresh_database(env)
+    issued = create_tokens(args.agents)
+    agents = [loadgen.Agent(hostname, token, args.gpus) for hostname, token in issued]
+    with harness.server(env, args.port, args.workers) as proc:
+        report = asyncio.run(drive(args, agents, proc.pid))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    ok = not report["errors"] and report["latency_ms"]["p99"] < 250
+    rate = args.agents / args.interval
+    ok = ok and report["batches_per_s"] >= 0.99 * rate
+    print(f"target >= {rate:.0f} batches/s, p99 < 250 ms, no errors: {'met' if ok else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

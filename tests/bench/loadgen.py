@@ -1,0 +1,173 @@
+"""An HTTP/1.1 load generator for the ingest endpoint: N simulated agents, keep-alive each.
+
+Bodies are prepared once per agent as byte templates (only ts and seq change), so the
+generator spends its CPU on sockets, not on building JSON: it shares the 2 cores with the
+server and PostgreSQL and must stay cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import orjson
+
+GPU_VALUES = {
+    "mem_used_bytes": 72 * 2**30, "mem_total_bytes": 80 * 2**30, "util_pct": 97.0,
+    "mem_util_pct": 61.0, "temp_c": 67.0, "power_w": 612.5, "power_limit_w": 700.0,
+    "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "pcie_tx_bps": 1.2e9,
+    "pcie_rx_bps": 3.4e8, "throttle_reasons": 0, "ecc_dbe_total": 0,
+}
+TTFT_LE = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+           7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+
+
+def inventory(hostname: str, gpus: int) -> dict:
+    return {"hostname": hostname, "simulated": True, "cpu_count": 64, "cpu_model": "bench",
+            "mem_total_bytes": 512 * 2**30, "numa_nodes": [{"id": 0, "cpus": list(range(64))}],
+            "gpus": [{"uuid": f"GPU-{hostname}-{i}", "index": i, "name": "bench H100",
+                      "mem_total_bytes": 80 * 2**30, "simulated": True} for i in range(gpus)],
+            "engines": [{"name": "vllm:8000/0", "model": "bench", "simulated": True}]}
+
+
+def sample_template(hostname: str, gpus: int) -> dict:
+    return {
+        "ts": 0.0,
+        "host": {"cpu_pct": 23.0, "cpu_core_pct": [23.0] * 16, "load1": 3.1,
+                 "mem_used_bytes": 100 * 2**30, "mem_total_bytes": 512 * 2**30,
+                 "swap_used_bytes": 0, "net_rx_bps": 1e6, "net_tx_bps": 2e6,
+                 "disk_read_bps": 0.0, "disk_write_bps": 1e5},
+        "gpus": [{"uuid": f"GPU-{hostname}-{i}", **GPU_VALUES} for i in range(gpus)],
+        "engines": [{"name": "vllm:8000/0", "up": 1, "requests_running": 42,
+                     "requests_waiting": 3, "kv_cache_usage": 0.61,
+                     "prefix_cache_hit_rate": 0.3, "preemptions_per_s": 0.0,
+                     "prompt_tokens_per_s": 5400.0, "generation_tokens_per_s": 2100.0,
+                     "requests_finished_per_s": 4.0,
+                     **{h: {"le": TTFT_LE, "counts": [0, 1, 2, 1] + [0] * 19, "sum": 0.05}
+                        for h in ("ttft_seconds", "itl_seconds", "e2e_seconds",
+                                  "queue_seconds")}}],
+        "processes": [{"pid": 1000 + i, "engine": "vllm:8000/0", "cpu_pct": 95.0,
+                       "rss_bytes": 3 * 2**30, "threads": 50, "cpu_affinity": [0, 1, 2, 3],
+                       "numa_nodes": [0]} for i in range(2)],
+    }
+
+
+def values_per_batch(gpus: int) -> dict[str, int]:
+    s = sample_template("x", gpus)
+    count = {"host": len(s["host"]) - 1 + 16, "gpu": sum(len(g) - 1 for g in s["gpus"]),
+             "engine": sum(len(e) - 1 for e in s["engines"]),
+             "proc": sum(len(p) - 1 for p in s["processes"])}
+    return count
+
+
+class Agent:
+    """One simulated agent: a boot id, a seq counter, a body template."""
+
+    def __init__(self, hostname: str, token: str, gpus: int) -> None:
+        self.hostname, self.token, self.gpus = hostname, token, gpus
+        self.boot_id = str(uuid.uuid4())
+        self.seq = 0
+        body = {"protocol": 1, "agent": {"version": "bench", "boot_id": self.boot_id,
+                                         "seq": 123456789},
+                "samples": [sample_template(hostname, gpus) | {"ts": 1.5e9}]}
+        raw = orjson.dumps(body)
+        self.head, rest = raw.split(b"123456789", 1)
+        self.middle, self.tail = rest.split(b"1500000000.0", 1)
+
+    def first_body(self) -> bytes:
+        self.seq += 1
+        body = {"protocol": 1, "agent": {"version": "bench", "boot_id": self.boot_id,
+                                         "seq": self.seq}, "host": inventory(self.hostname,
+                                                                             self.gpus),
+                "samples": [sample_template(self.hostname, self.gpus) | {"ts": time.time()}]}
+        return orjson.dumps(body)
+
+    def next_body(self) -> bytes:
+        self.seq += 1
+        return b"".join((self.head, str(self.seq).encode(), self.middle,
+                         repr(time.time()).encode(), self.tail))
+
+
+@dataclass
+class Results:
+    latencies: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    ok: int = 0
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+
+class Connection:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, token: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.writer.write(b"".join((
+            b"POST /api/v1/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nAuthorization: Bearer ", token.encode(),
+            b"\r\nContent-Length: ", str(len(body)).encode(), b"\r\n\r\n", body)))
+        status_line = await self.reader.readline()
+        length = 0
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        payload = await self.reader.readexactly(length)
+        return int(status_line.split(b" ", 2)[1]), payload
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+async def run_agent(agent: Agent, port: int, interval: float, until: float,
+                    measure_from: float, results: Results) -> None:
+    conn = Connection(port)
+    # Spread the agents over the interval, as real agents started at random moments are.
+    await asyncio.sleep(random.random() * interval)
+    next_at = time.monotonic()
+    while next_at < until:
+        body = agent.next_body()
+        started = time.monotonic()
+        try:
+            status, payload = await conn.post(agent.token, body)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            conn.close()
+            if started >= measure_from:
+                results.error(type(exc).__name__)
+        else:
+            if started >= measure_from:
+                if status == 200:
+                    results.ok += 1
+                    results.latencies.append(time.monotonic() - started)
+                else:
+                    results.error(f"HTTP {status}: {payload[:80]!r}")
+        next_at += interval
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+    conn.close()
+
+
+async def register(agents: list[Agent], port: int) -> None:
+    """Send each agent's first batch (with its inventory), a few at a time."""
+    semaphore = asyncio.Semaphore(16)
+
+    async def one(agent: Agent) -> None:
+        async with semaphore:
+            conn = Connection(port)
+            status, payload = await conn.post(agent.token, agent.first_body())
+            conn.close()
+            if status != 200:
+                raise RuntimeError(f"registering {agent.hostname}: {status} {payload!r}")
+
+    await asyncio.gather(*(one(a) for a in agents))

@@ -1,0 +1,58 @@
+"""Fixtures shared by the API tests: the users and the clients acting as them.
+
+The pattern: ``api`` is an active user (alice) with a user API token; ``bob_session`` is a
+second user signed in with a session; ``anonymous`` sends nothing; ``agent_client`` sends an
+agent token, which may write telemetry but must never read the API.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from controlplane.fleet.tokens import issue_agent_token, issue_api_token
+
+
+def bearer_client(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+@pytest.fixture
+def alice(db):
+    return get_user_model().objects.create_user("alice")
+
+
+@pytest.fixture
+def alice_token(alice) -> str:
+    return issue_api_token("alice", name="tests")
+
+
+@pytest.fixture
+def api(alice_token) -> APIClient:
+    return bearer_client(alice_token)
+
+
+@pytest.fixture
+def bob(db):
+    return get_user_model().objects.create_user("bob")
+
+
+@pytest.fixture
+def bob_session(bob) -> APIClient:
+    client = APIClient()
+    client.force_login(bob)
+    return client
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def agent_client(db) -> APIClient:
+    token, _ = issue_agent_token("agent-only-host")
+    return bearer_client(token)

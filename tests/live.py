@@ -1,0 +1,87 @@
+"""Real processes for end-to-end tests: the ASGI server, agents, simulated vLLM servers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env() -> dict[str, str]:
+    """The environment for a server process that uses the test database of this session."""
+    db = connection.settings_dict
+    url = f"postgres://{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    if db.get("USER"):
+        url = url.replace("://", f"://{db['USER']}:{db.get('PASSWORD', '')}@", 1)
+    return {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "LOG_LEVEL": "WARNING"}
+
+
+class Process:
+    def __init__(self, argv: list[str], env: dict | None = None, log: Path | None = None):
+        self.argv = argv
+        self.log = log
+        out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
+        self._out = out
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env or os.environ.copy(), stdout=out,
+                                     stderr=subprocess.STDOUT)
+
+    def stop(self, timeout: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._out is not subprocess.DEVNULL:
+            self._out.close()
+        return self.proc.returncode
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log else ""
+
+
+def start_server(port: int, log: Path) -> Process:
+    server = Process([sys.executable, "-m", "uvicorn", "controlplane.asgi:application",
+                      "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+                     env=server_env(), log=log)
+    wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), 60,
+               lambda: f"server did not start:\n{server.output()}")
+    return server
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(check, timeout: float, explain=lambda: "condition not met", every=0.2):
+    """Poll ``check`` until it returns something truthy (no wall-clock assertion: a deadline
+    that only exists so that a broken build fails instead of hanging)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(explain())
+        time.sleep(every)
