@@ -29,7 +29,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--duration", type=float, default=30.0, help="measured seconds")
-    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between batches")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--port", type=int, default=18765)

@@ -13,7 +13,7 @@ import zlib
 import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest.copy import dsn_from_settings
@@ -43,6 +43,10 @@ class IngestApp:
         if not self.started:
             self.started = True
             await self.writer.start()
+            try:
+                await self.registry.warm()
+            except DatabaseError as exc:  # requests load what they need once it is back
+                log.warning("ingest could not preload tokens and hosts: %s", exc)
 
     async def shutdown(self) -> None:
         if self.started:
@@ -60,7 +64,7 @@ class IngestApp:
             status, body = 200, await self._handle(scope, receive)
         except BadRequest as exc:
             status, body = exc.status, {"error": exc.message, "field": exc.field}
-        except StorageUnavailable as exc:
+        except (StorageUnavailable, DatabaseError) as exc:
             status, body = 503, {"error": f"storage unavailable, retry later: {exc}"}
         await _reply(send, status, body)
 

@@ -2,12 +2,13 @@
 
 The hot path needs, per request, the host behind a token and the ids of the GPUs and engines a
 batch names. Both change rarely, so they are cached here and read from the database (through
-the ORM, in a thread) only on a miss, a new inventory, or after ``TOKEN_TTL_S`` for tokens —
-so a revoked token stops working within that many seconds.
+the ORM, in a thread) at start, on a miss, on a new inventory, and every ``TOKEN_TTL_S`` for
+the whole token table (one query) — so a revoked token stops working within that time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -19,7 +20,8 @@ from controlplane.lib import tokens
 from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.validate import Batch
 
-TOKEN_TTL_S = 30.0
+TOKEN_TTL_S = 30.0  # the token table is reloaded this often: a revocation takes effect then
+MAX_UNKNOWN_TOKENS = 10_000
 
 
 @dataclass
@@ -35,7 +37,27 @@ class HostState:
 
 
 def _load_token(lookup: str) -> AgentToken | None:
-    return AgentToken.objects.select_related("host").filter(lookup=lookup).first()
+    return AgentToken.objects.filter(lookup=lookup).first()
+
+
+def _load_tokens() -> dict[str, tuple[int, bool]]:
+    rows = AgentToken.objects.values_list("digest", "host_id", "revoked_at")
+    return {digest: (host_id, revoked is not None) for digest, host_id, revoked in rows}
+
+
+def _load_hosts() -> dict[int, HostState]:
+    gpus: dict[int, dict[str, int]] = {}
+    for host_id, uuid, gpu_id in Gpu.objects.values_list("host_id", "uuid", "id"):
+        gpus.setdefault(host_id, {})[uuid] = gpu_id
+    engines: dict[int, dict[str, int]] = {}
+    for host_id, name, engine_id in Engine.objects.values_list("host_id", "name", "id"):
+        engines.setdefault(host_id, {})[name] = engine_id
+    return {
+        host_id: HostState(host_id, hostname, digest, gpus.get(host_id, {}),
+                           engines.get(host_id, {}))
+        for host_id, hostname, digest in Host.objects.values_list(
+            "id", "hostname", "inventory_digest")
+    }
 
 
 def _load_host(host_id: int) -> HostState:
@@ -51,8 +73,26 @@ def _load_host(host_id: int) -> HostState:
 
 class Registry:
     def __init__(self) -> None:
-        self._tokens: dict[str, tuple[float, int | None]] = {}  # digest -> (expiry, host_id)
+        # Every agent token's HMAC digest -> (host id, revoked): reloaded whole, in one query,
+        # every TOKEN_TTL_S, so the hot path never queries per request or per token.
+        self._tokens: dict[str, tuple[int, bool]] = {}
+        self._tokens_loaded = -float("inf")
+        self._refresh_lock = asyncio.Lock()
+        self._unknown_tokens: set[str] = set()  # digests looked up and not found since reload
         self._hosts: dict[int, HostState] = {}
+
+    async def warm(self) -> None:
+        """Load the token table and every host's devices at start, in a handful of queries."""
+        await self._refresh_tokens()
+        self._hosts.update(await sync_to_async(_load_hosts)())
+
+    async def _refresh_tokens(self) -> None:
+        async with self._refresh_lock:
+            if time.monotonic() - self._tokens_loaded < TOKEN_TTL_S:
+                return  # another request refreshed while this one waited
+            self._tokens = await sync_to_async(_load_tokens)()
+            self._unknown_tokens.clear()
+            self._tokens_loaded = time.monotonic()
 
     async def authenticate(self, header: bytes | None) -> int:
         """The host id an agent token may write, or a 401/403 BadRequest."""
@@ -63,19 +103,28 @@ class Registry:
         parsed = tokens.parse(raw)
         if parsed is None or parsed.kind != tokens.AGENT:
             raise BadRequest("not a Pitwall agent token", status=401)
-        cached = self._tokens.get(parsed.digest)
-        if cached is not None and cached[0] > time.monotonic():
-            host_id = cached[1]
-        else:
-            token = await sync_to_async(_load_token)(parsed.lookup)
-            valid = token is not None and tokens.matches(token.digest, parsed)
-            if valid and token.revoked_at is not None:
-                raise BadRequest("this agent token was revoked", status=403)
-            host_id = token.host_id if valid else None
-            self._tokens[parsed.digest] = (time.monotonic() + TOKEN_TTL_S, host_id)
-        if host_id is None:
+        if time.monotonic() - self._tokens_loaded >= TOKEN_TTL_S:
+            await self._refresh_tokens()
+        entry = self._tokens.get(parsed.digest)
+        if entry is None and parsed.digest not in self._unknown_tokens:
+            entry = await self._lookup_new_token(parsed)
+        if entry is None:
             raise BadRequest("unknown agent token", status=401)
+        host_id, revoked = entry
+        if revoked:
+            raise BadRequest("this agent token was revoked", status=403)
         return host_id
+
+    async def _lookup_new_token(self, parsed: tokens.ParsedToken) -> tuple[int, bool] | None:
+        """A token issued since the last reload; misses are remembered until the next one."""
+        token = await sync_to_async(_load_token)(parsed.lookup)
+        if token is None or not tokens.matches(token.digest, parsed):
+            if len(self._unknown_tokens) < MAX_UNKNOWN_TOKENS:  # random tokens cost no memory
+                self._unknown_tokens.add(parsed.digest)
+            return None
+        entry = (token.host_id, token.revoked_at is not None)
+        self._tokens[parsed.digest] = entry
+        return entry
 
     async def host(self, host_id: int) -> HostState:
         state = self._hosts.get(host_id)

@@ -6,6 +6,7 @@ field (``samples[3].gpus[1].util_pct``) and refuses the whole request; nothing i
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 
@@ -89,10 +90,7 @@ def _batch(obj: object, path: str, ignored: set[str]) -> Batch:
     agent = _require(obj, "agent", dict, path, "agent")
     apath = join(path, "agent")
     boot_text = _require(agent, "boot_id", str, apath, "boot_id")
-    try:
-        boot_id = uuid.UUID(boot_text)
-    except ValueError:
-        raise BadRequest("boot_id must be a UUID", join(apath, "boot_id")) from None
+    boot_id = _boot_id(boot_text, join(apath, "boot_id"))
     seq = _require(agent, "seq", int, apath, "seq")
     if not 1 <= seq < 2**62:
         raise BadRequest("seq must be a positive integer", join(apath, "seq"))
@@ -115,6 +113,18 @@ def _batch(obj: object, path: str, ignored: set[str]) -> Batch:
             raise BadRequest("two samples of one batch share this ts", f"{spath}.ts")
         seen_ts.add(sample["ts"])
     return Batch(boot_id, seq, version, inventory, samples, *evicted, path=path)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_uuid(text: str) -> uuid.UUID:
+    return uuid.UUID(text)  # one agent boot sends the same text every second: parse it once
+
+
+def _boot_id(text: str, path: str) -> uuid.UUID:
+    try:
+        return _parse_uuid(text)
+    except ValueError:
+        raise BadRequest("boot_id must be a UUID", path) from None
 
 
 def _spool(spool: object, path: str) -> tuple[int, int]:
@@ -233,10 +243,12 @@ def _metrics(item: dict, keys: dict[str, Metric], path: str, ignored: set[str], 
 def _array(value: object, rule: _Rule, path: str) -> None:
     if not isinstance(value, list) or len(value) > MAX_ENTITIES:
         raise BadRequest(f"must be a list of numbers ({rule.metric.name})", path)
-    low, high = rule.low, rule.high
+    if not value or (all(type(v) is float or type(v) is int for v in value)
+                     and rule.low <= min(value) and max(value) <= rule.high):
+        return
     for i, element in enumerate(value):
         kind = type(element)
-        if not ((kind is float or kind is int) and low <= element <= high):  # type: ignore[operator]
+        if not ((kind is float or kind is int) and rule.low <= element <= rule.high):  # type: ignore[operator]
             _refuse_number(element, rule.metric, f"{path}[{i}]")
 
 
@@ -254,29 +266,48 @@ def _refuse_number(value: object, metric: Metric, path: str) -> None:
 
 
 
+# Bucket bounds already found valid: agents send the same few layouts every second, so a
+# known one costs a tuple and a set lookup instead of a Python loop over every bound.
+_VALID_BOUNDS: set[tuple] = set()
+_MAX_KNOWN_BOUNDS = 1024
+
+
 def _histogram(value: object, metric: Metric, path: str) -> None:
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         raise BadRequest(f"a histogram ({metric.name}) must be an object with le and counts",
                          path)
-    le = _require(value, "le", list, path, "le")
-    counts = _require(value, "counts", list, path, "counts")
-    if not 0 < len(le) <= MAX_BUCKETS:
-        raise BadRequest(f"le must hold 1 to {MAX_BUCKETS} bounds", join(path, "le"))
-    previous = None
-    for i, bound in enumerate(le):
-        if type(bound) not in NUMBER or previous is not None and bound <= previous:
-            raise BadRequest("le must be finite numbers in ascending order", f"{path}.le[{i}]")
-        previous = bound
-    if len(counts) != len(le) + 1:
-        raise BadRequest(f"counts must hold len(le) + 1 = {len(le) + 1} values (the last for "
-                         f"+Inf), got {len(counts)}", join(path, "counts"))
-    for i, count in enumerate(counts):
-        if type(count) is not int or not 0 <= count < 2**31:
-            raise BadRequest("counts must be non-negative integers (per-interval deltas)",
-                             f"{path}.counts[{i}]")
+    le, counts = value.get("le"), value.get("counts")
+    if type(le) is not list or type(counts) is not list:
+        _require(value, "le", list, path, "le")
+        _require(value, "counts", list, path, "counts")
+    bounds = tuple(le)  # type: ignore[arg-type]
+    if bounds not in _VALID_BOUNDS:
+        _check_bounds(bounds, path)
+    if len(counts) != len(bounds) + 1:  # type: ignore[arg-type]
+        raise BadRequest(f"counts must hold len(le) + 1 = {len(bounds) + 1} values (the last "
+                         f"for +Inf), got {len(counts)}", join(path, "counts"))  # type: ignore[arg-type]
+    # all/min/max loop in C; the slow loop below only runs to name the bad element.
+    if not (all(type(c) is int for c in counts) and min(counts) >= 0  # type: ignore[union-attr]
+            and max(counts) < 2**31):  # type: ignore[type-var]
+        for i, count in enumerate(counts):  # type: ignore[arg-type]
+            if type(count) is not int or not 0 <= count < 2**31:
+                raise BadRequest("counts must be non-negative integers (per-interval deltas)",
+                                 f"{path}.counts[{i}]")
     total = value.get("sum")
     if total is not None and type(total) not in NUMBER:
         raise BadRequest("sum must be a number", join(path, "sum"))
+
+
+def _check_bounds(bounds: tuple, path: str) -> None:
+    if not 0 < len(bounds) <= MAX_BUCKETS:
+        raise BadRequest(f"le must hold 1 to {MAX_BUCKETS} bounds", join(path, "le"))
+    previous = None
+    for i, bound in enumerate(bounds):
+        if type(bound) not in NUMBER or previous is not None and bound <= previous:
+            raise BadRequest("le must be finite numbers in ascending order", f"{path}.le[{i}]")
+        previous = bound
+    if len(_VALID_BOUNDS) < _MAX_KNOWN_BOUNDS:
+        _VALID_BOUNDS.add(bounds)
 
 
 def _extra(key: str, value: object, path: str) -> None:
