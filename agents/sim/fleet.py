@@ -7,11 +7,10 @@ HTTP to the control plane. Used by ``make run`` and the end-to-end tests.
 from __future__ import annotations
 
 import argparse
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from agents.children import Child, Stack
 
 BASE_PORT = 18000
 
@@ -54,45 +53,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    children: list[subprocess.Popen] = []
+    children: list[Child] = []
     for i in range(1, args.hosts + 1):
         hostname, port = host_name(i), args.base_port + i
         token_file = args.token_dir / hostname
         if not token_file.exists():
             print(f"sim fleet: no token file {token_file}", file=sys.stderr)
             return 2
-        children.append(subprocess.Popen(engine_argv(port, args.gpus, i, args.load)))
-        children.append(subprocess.Popen(agent_argv(
+        children.append(Child(f"simulated vLLM {hostname}",
+                              engine_argv(port, args.gpus, i, args.load)))
+        children.append(Child(f"agent {hostname}", agent_argv(
             hostname, port, args.gpus, args.server, token_file,
             args.state_dir / "spool" / hostname, args.interval)))
+    stack = Stack(children, log=lambda message: print(f"sim fleet: {message}", file=sys.stderr))
+    stack.start()
     print(f"sim fleet: {args.hosts} simulated hosts x {args.gpus} simulated GPUs streaming to "
           f"{args.server}", flush=True)
-    return _supervise(children)
-
-
-def _supervise(children: list[subprocess.Popen]) -> int:
-    stopping = {"now": False}
-
-    def stop(signum, frame):  # noqa: ARG001
-        stopping["now"] = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    code = 0
-    while not stopping["now"]:
-        if any(child.poll() is not None for child in children):
-            code = 1
-            break
-        time.sleep(0.5)
-    for child in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    for child in children:
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-    return code
+    return stack.supervise()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -118,3 +119,137 @@ def machine() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()} cores ({cpu}), {psutil.virtual_memory().total / 2**30:.0f} GiB"
+
+
+# -- added for the agent and replay benchmarks ----------------------------------------------
+
+def use_bench_database(env: dict) -> None:
+    """Point this process's Django at the bench database (call before django.setup())."""
+    os.environ.update({k: env[k] for k in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE",
+                                            "SECRET_KEY", "SECURE_SSL_REDIRECT")})
+
+
+def create_agent_token(hostname: str) -> str:
+    """A host row and an agent token for it, through the ORM; returns the token."""
+    import django
+
+    django.setup()
+    from django.db import connections
+
+    connections.close_all()  # fresh_database() dropped the database under an open one
+    from controlplane.fleet.models import AgentToken, Host
+    from controlplane.lib import tokens
+
+    host = Host.objects.create(hostname=hostname)
+    token, lookup, digest = tokens.new_token(tokens.AGENT)
+    AgentToken.objects.create(host=host, lookup=lookup, digest=digest)
+    return token
+
+
+def count_samples(entity: str = "gpu") -> int:
+    """Rows stored in one sample table (an entity of controlplane.telemetry.schema.TABLES)."""
+    from django.db import connection
+
+    from controlplane.telemetry.schema import TABLES
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {TABLES[entity].name}")
+        return cursor.fetchone()[0]
+
+
+def wait_for_url(url: str, proc: subprocess.Popen | None = None, timeout: float = 60) -> None:
+    """Poll until ``url`` answers 2xx (a child server started); raises if it never does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
+                raise RuntimeError(f"{url} did not answer") from None
+            time.sleep(0.3)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it lingers: only the process we started."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+
+def bench_running_elsewhere() -> list[str]:
+    """Other benchmark processes on this machine (their load would skew ours)."""
+    me = {os.getpid(), os.getppid()}
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or ())
+        if p.info["pid"] not in me and "tests.bench." in cmd and "-m" in cmd:
+            found.append(f"{p.info['pid']}: {cmd[:120]}")
+    return found
+
+
+def profile_start(pid: int, out: Path, seconds: float = 600) -> subprocess.Popen | None:
+    """py-spy (installed in the venv) sampling ``pid`` into raw folded stacks, until
+    ``profile_stop`` or ``seconds``. Only active threads are sampled (py-spy's default)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        return None
+    return subprocess.Popen([str(spy), "record", "-p", str(pid), "-d", str(max(1, int(seconds))),
+                             "-f", "raw", "-o", str(out), "--nonblocking", "-r", "200"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def profile_stop(spy: subprocess.Popen | None) -> None:
+    """Ctrl-C makes py-spy write what it sampled so far."""
+    if spy is not None and spy.poll() is None:
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait(10)
+
+
+def fold_profile(paths: list[Path], top: int = 12) -> dict:
+    """Aggregate py-spy raw stacks: the top frames by self and inclusive share of busy samples.
+
+    Each line of a raw file is ``frame;frame;...;leaf count``, root first. A stack whose leaf
+    waits (epoll, select, a lock, sleep) is counted as idle, apart from the busy ones.
+    """
+    idle_words = ("select", "epoll", "poll (", "wait (", "acquire", "sleep", "_run_once",
+                  "accept", "recv_into", "readinto")
+    total = idle = 0
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    lines = [line for path in paths if path.exists() for line in path.read_text().splitlines()]
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit() or not stack:
+            continue
+        n = int(count)
+        frames = [_short_frame(f) for f in stack.split(";")]
+        total += n
+        if not frames or any(w in frames[-1] for w in idle_words):
+            idle += n
+            continue
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+    busy = max(1, total - idle)
+
+    def ranked(counts: dict[str, int]) -> list[list]:
+        best = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+        return [[name, round(100 * n / busy, 1)] for name, n in best]
+
+    return {"samples": total, "busy_pct_of_samples": round(100 * (total - idle) / max(1, total), 1),
+            "self_pct_of_busy": ranked(own), "inclusive_pct_of_busy": ranked(inclusive)}
+
+
+def _short_frame(frame: str) -> str:
+    # "func (path/to/module.py:123)" -> "func (module.py)": lines would split one function.
+    name, _, where = frame.partition(" (")
+    return f"{name} ({Path(where.split(':')[0]).name})" if where else name

@@ -4,9 +4,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agents.children import Child, Stack, python
 from controlplane.fleet.models import AgentToken
 from controlplane.fleet.tokens import issue_agent_token
-from controlplane.lib.stack import Child, Stack, python
 
 
 class Command(BaseCommand):
@@ -36,18 +36,19 @@ class Command(BaseCommand):
                                   "--loglevel", "warning",
                                   "--schedule", str(var / "celerybeat-schedule")]),
         ]
-        if opts["sim_hosts"] > 0:
-            token_dir = self._sim_tokens(var / "sim-fleet" / "tokens", opts["sim_hosts"])
-            children.append(Child("simulated-fleet", [
-                python(), "-m", "agents.sim", "fleet", "--hosts", str(opts["sim_hosts"]),
-                "--gpus", str(opts["sim_gpus"]), "--server", url, "--token-dir", str(token_dir),
-                "--state-dir", str(var / "sim-fleet")]))
         stack = Stack(children, log=lambda m: self.stdout.write(f"pitwall: {m}"))
         stack.start()
         if not stack.wait_http(f"{url}/healthz"):
             self.stderr.write("pitwall: the web server did not come up; stopping")
             stack.stop()
             raise SystemExit(1)
+        if opts["sim_hosts"] > 0:  # once the server answers, so no agent starts by spooling
+            token_dir = self._sim_tokens(var / "sim-fleet" / "tokens", opts["sim_hosts"])
+            stack.children.append(Child("simulated-fleet", [
+                python(), "-m", "agents.sim", "fleet", "--hosts", str(opts["sim_hosts"]),
+                "--gpus", str(opts["sim_gpus"]), "--server", url, "--token-dir", str(token_dir),
+                "--state-dir", str(var / "sim-fleet")]))
+            stack.start()
         self._banner(url, opts["sim_hosts"], opts["sim_gpus"])
         raise SystemExit(stack.supervise())
 

@@ -1,7 +1,8 @@
-"""Run the whole stack as child processes and stop every one of them on Ctrl-C.
+"""Run a set of child processes and stop every one of them on Ctrl-C, SIGTERM or a death.
 
-Used by ``make run`` (through ``manage.py runstack``): ASGI server, Celery worker and beat,
-and a simulated fleet whose agents are the real agent code streaming over HTTP.
+Used by ``make run`` (``manage.py runstack``: ASGI server, Celery worker and beat, the
+simulated fleet) and by the simulated fleet itself (a simulated vLLM and an agent per host).
+No Django here: the agent distribution carries it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ class Stack:
         self.log = log
 
     def start(self) -> None:
+        """Start the children not started yet (call again after adding more)."""
         for child in self.children:
+            if child.process is not None:
+                continue
             # Each child leads its own process group, so stopping it stops its children too.
             child.process = subprocess.Popen(
                 child.argv, env={**os.environ, **child.env}, start_new_session=True)
@@ -59,17 +63,21 @@ class Stack:
         def on_signal(signum, frame):  # noqa: ARG001
             stop["signal"] = signum
 
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         code = 0
-        while stop["signal"] is None:
-            dead = self.exited()
-            if dead is not None:
-                self.log(f"{dead.name} exited with code {dead.process.returncode}; stopping")
-                code = 1
-                break
-            time.sleep(0.5)
-        self.stop()
+        try:
+            while stop["signal"] is None:
+                dead = self.exited()
+                if dead is not None:
+                    self.log(f"{dead.name} exited with code {dead.process.returncode}; "
+                              "stopping")
+                    code = 1
+                    break
+                time.sleep(0.5)
+        finally:
+            self.stop()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         return code
 
     def stop(self, grace_s: float = 15.0) -> None:
