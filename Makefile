@@ -14,11 +14,13 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test bench bench-ingest bench-agent lint install preflight clean
+.PHONY: run test bench bench-ingest bench-agent bench-replay bench-pk lint install preflight clean
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || command -v python3 >/dev/null || { echo "Python 3.11 is needed: apt-get install python3 python3-venv"; exit 1; }
-	@test -x $(PY) || $$(command -v $(PYTHON) || command -v python3) -m venv $(VENV) || { echo "Could not create $(VENV): apt-get install python3-venv"; exit 1; }
+	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
+	  $$BASE -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "Python 3.11 or newer is needed (found: $$($$BASE --version 2>&1 || echo none)): apt-get install python3.11 python3.11-venv"; exit 1; }; \
+	  test -x $(PY) || $$BASE -m venv $(VENV) || { echo "Could not create $(VENV): apt-get install python3-venv"; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[agent,server,dev]'
 	@touch $(STAMP)
@@ -41,13 +43,19 @@ run: preflight
 test: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest
 
-bench: bench-ingest bench-agent
+bench: bench-ingest bench-replay bench-pk bench-agent
 
 bench-ingest: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
 
-bench-agent: $(STAMP)
-	@$(PY) -m tests.bench.agent
+bench-agent: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.agent
+
+bench-replay: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.replay
+
+bench-pk: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.pk_order
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
