@@ -214,31 +214,36 @@ def profile_stop(spy: subprocess.Popen | None) -> None:
             spy.wait(10)
 
 
-def fold_profile(paths: list[Path], top: int = 12) -> dict:
-    """Aggregate py-spy raw stacks: the top frames by self and inclusive share of busy samples.
+def fold_profile(paths: list[Path], top: int = 15) -> dict:
+    """Aggregate py-spy raw stacks into shares of the busy samples, two ways.
 
-    Each line of a raw file is ``frame;frame;...;leaf count``, root first. A stack whose leaf
-    waits (epoll, select, a lock, sleep) is counted as idle, apart from the busy ones.
+    Each line of a raw file is ``frame;frame;...;leaf count``, root first, a frame being
+    ``func (path:line)``. ``self``: the leaf function (a library's, often). ``by_project_code``:
+    the deepest frame of our own code (controlplane/, agents/, tests/) in the stack, i.e. the
+    project function that was running or had called the library that was. A stack whose leaf
+    waits (epoll, select, a lock, sleep) is idle and left out of both.
     """
-    idle_words = ("select", "epoll", "poll (", "wait (", "acquire", "sleep", "_run_once",
-                  "accept", "recv_into", "readinto")
+    idle_words = ("select (", "epoll", "poll (", "wait (", "acquire", "sleep", "accept (",
+                  "recv_into", "readinto")
     total = idle = 0
     own: dict[str, int] = {}
-    inclusive: dict[str, int] = {}
+    project: dict[str, int] = {}
     lines = [line for path in paths if path.exists() for line in path.read_text().splitlines()]
     for line in lines:
         stack, _, count = line.rpartition(" ")
         if not count.isdigit() or not stack:
             continue
         n = int(count)
-        frames = [_short_frame(f) for f in stack.split(";")]
+        frames = stack.split(";")
         total += n
-        if not frames or any(w in frames[-1] for w in idle_words):
+        if any(w in frames[-1] for w in idle_words):
             idle += n
             continue
-        own[frames[-1]] = own.get(frames[-1], 0) + n
-        for frame in set(frames):
-            inclusive[frame] = inclusive.get(frame, 0) + n
+        leaf = _short_frame(frames[-1])
+        own[leaf] = own.get(leaf, 0) + n
+        ours = [f for f in frames if _is_project(f)]
+        key = _short_frame(ours[-1]) if ours else f"(outside the project) {leaf}"
+        project[key] = project.get(key, 0) + n
     busy = max(1, total - idle)
 
     def ranked(counts: dict[str, int]) -> list[list]:
@@ -246,7 +251,13 @@ def fold_profile(paths: list[Path], top: int = 12) -> dict:
         return [[name, round(100 * n / busy, 1)] for name, n in best]
 
     return {"samples": total, "busy_pct_of_samples": round(100 * (total - idle) / max(1, total), 1),
-            "self_pct_of_busy": ranked(own), "inclusive_pct_of_busy": ranked(inclusive)}
+            "self_pct_of_busy": ranked(own), "by_project_code_pct_of_busy": ranked(project)}
+
+
+def _is_project(frame: str) -> bool:
+    where = frame.partition(" (")[2]
+    return ".venv" not in where and any(f"/{top}/" in where or where.startswith(f"{top}/")
+                                        for top in ("controlplane", "agents", "tests"))
 
 
 def _short_frame(frame: str) -> str:

@@ -138,7 +138,8 @@ def one_run(args, pristine: Path, workers: int, profile: bool) -> dict:
     shutil.copytree(pristine, work)
     with harness.server(env, args.port, workers) as proc:
         meters = Meters(proc.pid)
-        spies = start_profiles(args.dir, proc.pid) if profile else []
+        where = args.out.parent / f"replay-profile-w{workers}"
+        spies = start_profiles(where, proc.pid) if profile else []
         meters.start()
         result = replay(work, f"http://127.0.0.1:{args.port}", token)
         cpu = meters.stop()
@@ -155,12 +156,14 @@ def one_run(args, pristine: Path, workers: int, profile: bool) -> dict:
 
 
 def start_profiles(directory: Path, server_pid: int) -> list:
-    """py-spy on each server process, then on this one (last)."""
+    """py-spy on each server process, then on this one (last); raw stacks kept in
+    ``directory`` (profile-<pid>.txt) for a closer look."""
     pids = [p.pid for p in harness.process_tree(server_pid)]
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
     spies = []
     for pid in [*pids, psutil.Process().pid]:
         out = directory / f"profile-{pid}.txt"
-        out.unlink(missing_ok=True)
         spies.append((harness.profile_start(pid, out), out))
     time.sleep(1.0)  # py-spy attaches before the replay starts
     return spies

@@ -59,7 +59,9 @@ def test_an_outage_and_an_agent_restart_lose_nothing_and_store_nothing_twice(
     # Each batch of this agent holds one sample, seqs run 1..max_seq per boot without gaps:
     # so the number of stored host rows must equal the sum of the streams' last seqs.
     host_rows = query("SELECT count(*), count(DISTINCT ts) FROM telemetry_host_sample")[0]
-    assert host_rows[0] == host_rows[1] == sum(seq for _, seq in streams)
+    assert host_rows[0] == host_rows[1] == sum(seq for _, seq in streams), (
+        f"rows {host_rows}, streams {streams}\n--- agent 1\n{first.output()[-2000:]}"
+        f"\n--- agent 2\n{second.output()[-3000:]}")
     gpu_rows = query("SELECT count(*) FROM telemetry_gpu_sample")[0][0]
     assert gpu_rows == 2 * host_rows[0]
     # In order: rows were appended in sample order (the heap keeps insertion order here).
