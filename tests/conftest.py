@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from rest_framework.test import APIClient
 
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
+from controlplane.telemetry.schema import TABLES
 
 
 def bearer_client(token: str) -> APIClient:
@@ -56,3 +58,16 @@ def anonymous() -> APIClient:
 def agent_client(db) -> APIClient:
     token, _ = issue_agent_token("agent-only-host")
     return bearer_client(token)
+
+
+def truncate_samples() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE " + ", ".join(t.name for t in TABLES.values()))
+
+
+@pytest.fixture
+def empty_samples(transactional_db):
+    """Sample tables are raw SQL, outside Django's flush between tests: empty them here."""
+    truncate_samples()
+    yield
+    truncate_samples()

@@ -291,28 +291,27 @@ def run(args) -> dict:
     server_url = f"http://127.0.0.1:{args.port}"
     with tempfile.TemporaryDirectory(prefix="pitwall-agent-bench-") as tmp, \
             harness.server(env, args.port, 1):
-        token_file = Path(tmp) / "token"
+        token_file, log = Path(tmp) / "token", Path(tmp) / "agent.log"
         token_file.write_text(token)
         vllm = subprocess.Popen(fleet.engine_argv(args.vllm_port, args.gpus, 1, 4.0),
                                 cwd=harness.ROOT, stderr=subprocess.DEVNULL)
-        agent = None
-        log = Path(tmp) / "agent.log"
         try:
             harness.wait_for_url(f"http://127.0.0.1:{args.vllm_port}/metrics", vllm)
             argv = fleet.agent_argv(HOSTNAME, args.vllm_port, args.gpus, server_url,
                                     token_file, Path(tmp) / "spool", args.interval)
             with open(log, "wb") as sink:
                 agent = subprocess.Popen(argv, cwd=harness.ROOT, stdout=sink, stderr=sink)
-            gross = watch_agent(agent, args.warmup, args.minutes * 60,
-                                args.gpus / args.interval)
-        finally:
-            if agent is not None:
+            try:
+                gross = watch_agent(agent, args.warmup, args.minutes * 60,
+                                    args.gpus / args.interval)
+            finally:
                 harness.stop_process(agent)
-        warnings = [line for line in log.read_text(errors="replace").splitlines() if line]
-        print("agent stopped; in-process breakdown ...", flush=True)
-        breakdown = run_breakdown(args, server_url, token)
-        harness.stop_process(vllm)
-    return summarise(args, gross, breakdown, warnings)
+            print("agent stopped; in-process breakdown ...", flush=True)
+            breakdown = run_breakdown(args, server_url, token)
+        finally:
+            harness.stop_process(vllm)
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line]
+    return summarise(args, gross, breakdown, lines)
 
 
 def run_breakdown(args, server_url: str, token: str) -> dict:

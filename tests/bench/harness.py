@@ -220,7 +220,8 @@ def fold_profile(paths: list[Path], top: int = 15) -> dict:
     Each line of a raw file is ``frame;frame;...;leaf count``, root first, a frame being
     ``func (path:line)``. ``self``: the leaf function (a library's, often). ``by_project_code``:
     the deepest frame of our own code (controlplane/, agents/, tests/) in the stack, i.e. the
-    project function that was running or had called the library that was. A stack whose leaf
+    project function that was running or had called the library that was; ``by_project_file``
+    sums those by module. Native code (orjson, zlib) shows as its Python caller. A stack whose leaf
     waits (epoll, select, a lock, sleep) is idle and left out of both.
     """
     idle_words = ("select (", "epoll", "poll (", "wait (", "acquire", "sleep", "accept (",
@@ -228,6 +229,7 @@ def fold_profile(paths: list[Path], top: int = 15) -> dict:
     total = idle = 0
     own: dict[str, int] = {}
     project: dict[str, int] = {}
+    files: dict[str, int] = {}
     lines = [line for path in paths if path.exists() for line in path.read_text().splitlines()]
     for line in lines:
         stack, _, count = line.rpartition(" ")
@@ -244,6 +246,8 @@ def fold_profile(paths: list[Path], top: int = 15) -> dict:
         ours = [f for f in frames if _is_project(f)]
         key = _short_frame(ours[-1]) if ours else f"(outside the project) {leaf}"
         project[key] = project.get(key, 0) + n
+        where = _frame_file(ours[-1]) if ours else "(outside the project)"
+        files[where] = files.get(where, 0) + n
     busy = max(1, total - idle)
 
     def ranked(counts: dict[str, int]) -> list[list]:
@@ -251,13 +255,20 @@ def fold_profile(paths: list[Path], top: int = 15) -> dict:
         return [[name, round(100 * n / busy, 1)] for name, n in best]
 
     return {"samples": total, "busy_pct_of_samples": round(100 * (total - idle) / max(1, total), 1),
-            "self_pct_of_busy": ranked(own), "by_project_code_pct_of_busy": ranked(project)}
+            "by_project_file_pct_of_busy": ranked(files),
+            "by_project_code_pct_of_busy": ranked(project), "self_pct_of_busy": ranked(own)}
 
 
 def _is_project(frame: str) -> bool:
     where = frame.partition(" (")[2]
     return ".venv" not in where and any(f"/{top}/" in where or where.startswith(f"{top}/")
                                         for top in ("controlplane", "agents", "tests"))
+
+
+def _frame_file(frame: str) -> str:
+    where = frame.partition(" (")[2].split(":")[0]
+    parts = Path(where).parts
+    return "/".join(parts[-2:]) if len(parts) >= 2 else where
 
 
 def _short_frame(frame: str) -> str:

@@ -9,7 +9,9 @@ then copied afresh for each run. Each run gets a fresh bench database and replay
 spool with the real ``Shipper``/``IngestClient`` (multi-batch requests, as the agent's sender
 thread does on recovery: ``step()`` until the spool is empty). Wall time runs from the first
 request to the empty spool. With --profile a second run per worker count samples the server
-processes and this client with py-spy and reports where their time goes.
+processes and this client with py-spy and reports where their time goes. With --ceiling the
+server is also fed prepared request bodies (no spool, no agent code; one in-order stream per
+worker, as several agents replaying at once would be): what the server and PostgreSQL can take.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="uvicorn worker counts to try, one run each")
     parser.add_argument("--profile", action="store_true",
                         help="after each measured run, a profiled one (py-spy)")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also the server's own ceiling: prepared request bodies sent by "
+                             "one thread per stream (as many streams as workers), no spool")
     parser.add_argument("--port", type=int, default=18767)
     parser.add_argument("--dir", type=Path, default=harness.ROOT / "var" / "bench" / "replay",
                         help="where the spools are built (removed at the end)")
@@ -129,6 +134,74 @@ def replay(spool_dir: Path, server_url: str, token: str) -> dict:
                                                               for k, v in cpu.items()}}
 
 
+def ceiling_bodies(hostname: str, batches: int, gpus: int) -> list[bytes]:
+    """One stream's replay requests as the agent would send them, gzipped ahead of time."""
+    import gzip
+
+    from agents.batch import BatchBuilder
+    from agents.spool import REPLAY_MAX_BATCHES, encode
+
+    builder, inventory = BatchBuilder(), loadgen.inventory(hostname, gpus)
+    first_ts = round(time.time()) - batches
+    group, bodies = [], []
+    for i in range(batches):
+        sample = loadgen.sample_template(hostname, gpus) | {"ts": float(first_ts + i)}
+        group.append(builder.build([sample], inventory))
+        if len(group) == REPLAY_MAX_BATCHES or i == batches - 1:
+            payload = {"protocol": 1, "batches": group}
+            bodies.append(gzip.compress(encode(payload), compresslevel=5, mtime=0))
+            group = []
+    return bodies
+
+
+def send_stream(port: int, token: str, bodies: list[bytes], statuses: list[int]) -> None:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip",
+               "Authorization": f"Bearer {token}"}
+    for body in bodies:
+        conn.request("POST", "/api/v1/ingest", body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        statuses.append(response.status)
+    conn.close()
+
+
+def ceiling_run(args, workers: int) -> dict:
+    """The server and PostgreSQL alone: prepared bodies, one in-order stream per worker."""
+    import threading
+
+    env = harness.bench_env()
+    harness.fresh_database(env)
+    streams = max(1, workers)
+    per_stream = args.batches // streams
+    hosts = [f"bench-ceiling-{i:02d}" for i in range(streams)]
+    tokens = [harness.create_agent_token(h) for h in hosts]
+    bodies = [ceiling_bodies(h, per_stream, args.gpus) for h in hosts]
+    statuses: list[int] = []
+    with harness.server(env, args.port, workers) as proc:
+        meters = Meters(proc.pid)
+        threads = [threading.Thread(target=send_stream, args=(args.port, t, b, statuses))
+                   for t, b in zip(tokens, bodies, strict=True)]
+        meters.start()
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.monotonic() - started
+        cpu = meters.stop()
+    rows = harness.count_samples("gpu")
+    return {"mode": "server ceiling (prepared bodies, no agent code)", "workers": workers,
+            "streams": streams, "batches": per_stream * streams, "wall_s": round(wall, 2),
+            "gpu_rows_stored": rows, "gpu_rows_expected": per_stream * streams * args.gpus,
+            "gpu_rows_per_s": round(rows / wall), "requests": len(statuses),
+            "non_200": sum(1 for s in statuses if s != 200), "cpu_s": cpu,
+            "cores_busy": {k: round(v / wall, 2) for k, v in cpu.items()},
+            "cpu_us_per_gpu_row": {k: round(1e6 * v / max(1, rows), 2) for k, v in cpu.items()}}
+
+
 def one_run(args, pristine: Path, workers: int, profile: bool) -> dict:
     env = harness.bench_env()
     harness.fresh_database(env)
@@ -211,8 +284,15 @@ def main(argv=None) -> int:
                   flush=True)
             runs.append(run)
     shutil.rmtree(args.dir, ignore_errors=True)
+    ceilings = []
+    for workers in args.workers if args.ceiling else ():
+        print(f"server ceiling with {workers} worker(s) ...", flush=True)
+        ceilings.append(ceiling_run(args, workers))
+        print(json.dumps({k: ceilings[-1][k] for k in ("wall_s", "gpu_rows_per_s", "cpu_s")}),
+              flush=True)
     best = max((r for r in runs if "profile" not in r), key=lambda r: r["gpu_rows_per_s"])
     report = {"machine": harness.machine(), "spool": built, "runs": runs,
+              "server_ceiling": ceilings,
               "target_gpu_rows_per_s": TARGET_GPU_ROWS_PER_S,
               "best_gpu_rows_per_s": best["gpu_rows_per_s"],
               "met": best["gpu_rows_per_s"] >= TARGET_GPU_ROWS_PER_S

@@ -14,7 +14,7 @@ from tests.live import Process, free_port, start_server, wait_until
 
 
 @pytest.fixture
-def stack(transactional_db, tmp_path, django_user_model):
+def stack(empty_samples, tmp_path, django_user_model):
     django_user_model.objects.create_user("operator")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('operator')}")

@@ -30,7 +30,7 @@ def query(sql: str) -> list:
 
 
 def test_an_outage_and_an_agent_restart_lose_nothing_and_store_nothing_twice(
-        transactional_db, tmp_path):
+        empty_samples, tmp_path):
     port = free_port()  # nothing listens here yet: the control plane is down
     token_file = tmp_path / "token"
     token_file.write_text(issue_agent_token("spool-host")[0])
@@ -58,7 +58,8 @@ def test_an_outage_and_an_agent_restart_lose_nothing_and_store_nothing_twice(
     assert len(streams) == 2  # one per agent start
     # Each batch of this agent holds one sample, seqs run 1..max_seq per boot without gaps:
     # so the number of stored host rows must equal the sum of the streams' last seqs.
-    host_rows = query("SELECT count(*), count(DISTINCT ts) FROM telemetry_host_sample")[0]
+    host_rows = query("SELECT count(*), count(DISTINCT ts) FROM telemetry_host_sample s"
+                      " JOIN fleet_host h ON h.id = s.host_id WHERE h.hostname = 'spool-host'")[0]
     assert host_rows[0] == host_rows[1] == sum(seq for _, seq in streams), (
         f"rows {host_rows}, streams {streams}\n--- agent 1\n{first.output()[-2000:]}"
         f"\n--- agent 2\n{second.output()[-3000:]}")

@@ -7,10 +7,8 @@ import threading
 
 import orjson
 import pytest
-from django.db import connection
 
 from controlplane.fleet.tokens import issue_agent_token
-from controlplane.telemetry.schema import TABLES
 
 
 class AsgiClient:
@@ -60,19 +58,6 @@ class AsgiClient:
             self.run(shutdown())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
-
-
-def truncate_samples() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE " + ", ".join(t.name for t in TABLES.values()))
-
-
-@pytest.fixture
-def empty_samples(transactional_db):
-    """Sample tables are raw SQL, outside Django's flush between tests: empty them here."""
-    truncate_samples()
-    yield
-    truncate_samples()
 
 
 @pytest.fixture
