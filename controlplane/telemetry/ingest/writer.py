@@ -95,7 +95,9 @@ class Writer:
             self._pending.append(item)
             self._pending_rows += item.row_count
         self._wake.set()
-        if self._pending_rows >= self.flush_rows:
+        # A multi-batch request (a spool replay) already is a group: waiting for more
+        # only delays the agent, which sends its next group after this one's reply.
+        if self._pending_rows >= self.flush_rows or len(items) > 1:
             self._full.set()
         return list(await asyncio.gather(*(item.future for item in items)))
 
