@@ -10,3 +10,7 @@ os.environ.setdefault("CSRF_COOKIE_SECURE", "false")
 os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 
 from controlplane.settings import *  # noqa: E402,F403
+
+# WhiteNoise warns on every request when the static root is missing (a clean checkout has
+# not run collectstatic): give the tests an empty one.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
