@@ -32,6 +32,7 @@ class BatchBuilder:
         self.seq = 0
         self.inventory: dict[str, Any] | None = None  # the latest one seen, sent or not
         self._sent_hash: str | None = None
+        self._hashed: dict[str, Any] | None = None
         # Set from the sender thread on a 409; a plain bool flip, read once per batch.
         self._needed = True
 
@@ -48,11 +49,14 @@ class BatchBuilder:
         }
         if inventory is not None:
             self.inventory = inventory
-        if self.inventory is not None:
+        # Hashing costs a JSON dump; an inventory equal to the last one hashed (dict equality
+        # ignores key order too) cannot have changed, which is most intervals.
+        if self.inventory is not None and (self._needed or self.inventory != self._hashed):
             digest = inventory_hash(self.inventory)
             if self._needed or digest != self._sent_hash:
                 batch["host"] = self.inventory
                 self._sent_hash = digest
                 self._needed = False
+            self._hashed = self.inventory  # its digest is _sent_hash, sent or equal to it
         batch["samples"] = samples
         return batch

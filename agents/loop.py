@@ -20,6 +20,11 @@ from agents.collectors.base import Warn, WarnOnce, stderr_warn
 
 T = TypeVar("T")
 
+# The host's own inventory (CPU model, memory, NUMA: /proc and /sys reads) hardly ever
+# changes, so it is read again at most this often. GPUs and engines are read every interval:
+# a lost GPU or a new engine shows in the very next batch.
+HOST_INVENTORY_EVERY_S = 60.0
+
 
 @dataclass
 class Sources:
@@ -40,10 +45,14 @@ class Sampler:
     """Takes samples and describes the host; remembers which engine runs on which GPUs."""
 
     def __init__(self, sources: Sources, warn: Warn = stderr_warn,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.sources = sources
         self._state = WarnOnce(warn)
         self._wall = wall
+        self._clock = clock
+        self._host: dict[str, Any] = {}  # the host inventory last read successfully
+        self._host_read_at: float | None = None
         self._engine_gpus: dict[str, list[str]] = {}
         # Inventory parts last read successfully: a failing read must not look like a change.
         self._last: dict[str, Any] = {}
@@ -104,7 +113,7 @@ class Sampler:
 
     def inventory(self) -> dict[str, Any]:
         src = self.sources
-        inventory: dict[str, Any] = dict(self._part("host inventory", src.host, dict))
+        inventory: dict[str, Any] = dict(self._host_inventory())
         if src.hostname:
             inventory["hostname"] = src.hostname
         inventory["simulated"] = src.simulated
@@ -119,6 +128,16 @@ class Sampler:
             for engine in self._part(f"vllm inventory {index}", collector, list)
         ]
         return inventory
+
+    def _host_inventory(self) -> dict[str, Any]:
+        host, now = self.sources.host, self._clock()
+        if host is None:
+            return {}
+        if self._host_read_at is None or now - self._host_read_at >= HOST_INVENTORY_EVERY_S:
+            value = self._call("host inventory", host.inventory)
+            if value is not None:  # a failed read keeps the last one and is retried next time
+                self._host, self._host_read_at = value, now
+        return self._host
 
     def _part(self, source: str, collector: Any, empty: Callable[[], Any],
               method: str = "inventory") -> Any:

@@ -41,17 +41,34 @@ class _Entry:
     samples: int
 
 
-@dataclass(frozen=True)
+@dataclass
 class Spooled:
-    """A batch read back from the spool; ``name`` is what ``Spool.remove`` takes."""
+    """A batch on its way to the server. Read back from the spool it has ``name`` (what
+    ``Spool.remove`` takes) and ``raw``, its JSON as spooled: a replay sends that as it is and
+    parses it only to change it. A batch still in memory has neither, only ``parsed``."""
 
-    name: str
-    batch: Batch
-    json_bytes: int
+    name: str | None
+    raw: bytes | None = None  # None once changed: encoded again from ``parsed``
+    parsed: Batch | None = None
+
+    @property
+    def json_bytes(self) -> int:
+        return len(self.raw or b"")
+
+    @property
+    def batch(self) -> Batch:
+        if self.parsed is None:
+            self.parsed = json.loads(self.raw or b"{}")
+        return self.parsed
 
 
 def encode(batch: Batch) -> bytes:
     return json.dumps(batch, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def join_batches(raws: list[bytes]) -> bytes:
+    """A multi-batch request body (docs/protocol.md) from each batch's JSON, not parsed."""
+    return b'{"protocol":1,"batches":[' + b",".join(raws) + b"]}"
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -177,30 +194,31 @@ class Spool:
         group: list[Spooled] = []
         total = 0
         for entry in head:
-            batch, size = self._read(entry)
-            if batch is None:
+            raw = self._read(entry)
+            if raw is None:
                 continue
-            if group and total + size > max_bytes:
+            if group and total + len(raw) > max_bytes:
                 break
-            group.append(Spooled(entry.name, batch, size))
-            total += size
+            group.append(Spooled(entry.name, raw))
+            total += len(raw)
         return group
 
-    def _read(self, entry: _Entry) -> tuple[Batch | None, int]:
+    def _read(self, entry: _Entry) -> bytes | None:
         path = self.directory / entry.name
         try:
             raw = gzip.decompress(path.read_bytes())
-            batch = json.loads(raw)
-            if not isinstance(batch, dict):
+            # Not parsed: gzip's CRC proves these are the bytes append() wrote, the JSON of
+            # a dict. The braces are checked so a file put here by other means is refused.
+            if raw[:1] != b"{" or raw.rstrip()[-1:] != b"}":
                 raise ValueError("not a JSON object")
-            return batch, len(raw)
+            return raw
         except FileNotFoundError:  # evicted meanwhile, or deleted by hand: forget it
             with self._lock:
                 self._forget({entry.name})
-            return None, 0
+            return None
         except (OSError, EOFError, zlib.error, ValueError) as exc:
             self._set_aside(entry, exc)
-            return None, 0
+            return None
 
     def _set_aside(self, entry: _Entry, exc: Exception) -> None:
         path = self.directory / entry.name

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from agents import __version__
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
-from agents.spool import REPLAY_MAX_BATCHES, Batch, Spool, encode
+from agents.spool import REPLAY_MAX_BATCHES, Batch, Spool, Spooled, encode, join_batches
 
 INGEST_PATH = "/api/v1/ingest"
 PERMANENT = frozenset({400, 413, 415})  # the same bytes can never be accepted: drop them
@@ -74,8 +74,11 @@ class IngestClient:
                           else http.client.HTTPConnection(host, port, timeout=timeout))
         return self._conn
 
-    def post(self, payload: Batch) -> Reply:
-        body = gzip.compress(encode(payload), compresslevel=5, mtime=0)
+    def post(self, payload: Batch | bytes) -> Reply:
+        """``payload``: a batch, or a replay body already encoded as JSON. Replays are large
+        and CPU-bound, so they are compressed fast; one live batch is compressed harder."""
+        body = (gzip.compress(payload, compresslevel=1, mtime=0) if isinstance(payload, bytes)
+                else gzip.compress(encode(payload), compresslevel=5, mtime=0))
         reused = self._conn is not None
         try:
             try:
@@ -110,12 +113,6 @@ class IngestClient:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-@dataclass
-class _Item:
-    batch: Batch
-    spool_name: str | None  # None: still in the memory queue
 
 
 class Shipper:
@@ -213,36 +210,38 @@ class Shipper:
             self._failed(group, reply)
         return True
 
-    def _next_group(self) -> list[_Item]:
+    def _next_group(self) -> list[Spooled]:
         while len(self.spool):  # peek comes back empty when it only found corrupt files
-            group = [_Item(s.batch, s.name) for s in self.spool.peek(self._group_limit)]
+            group = self.spool.peek(self._group_limit)
             if group:
                 return group
         with self._lock:
-            return [_Item(b, None) for b in list(self._memq)[: self._group_limit]]
+            return [Spooled(None, parsed=b) for b in list(self._memq)[: self._group_limit]]
 
     @staticmethod
-    def _payload(group: list[_Item], evicted: tuple[int, int]) -> Batch:
-        batches = [item.batch for item in group]
+    def _payload(group: list[Spooled], evicted: tuple[int, int]) -> Batch | bytes:
+        # Spooled batches travel as read, unparsed (that was most of a replay's CPU).
+        batches = [item.raw if item.raw is not None else item.batch for item in group]
         if any(evicted):
             # The newest batch carries the report: an older one may be a replayed duplicate.
-            last = batches[-1]
+            last = group[-1].batch
             report = {"evicted_batches": evicted[0], "evicted_samples": evicted[1]}
             batches[-1] = {**last, "agent": {**last.get("agent", {}), "spool": report}}
         if len(batches) == 1:
             return batches[0]
-        return {"protocol": 1, "batches": batches}
+        return join_batches([b if isinstance(b, bytes) else encode(b) for b in batches])
 
-    def _attach_inventory(self, group: list[_Item], reply: Reply) -> bool:
+    def _attach_inventory(self, group: list[Spooled], reply: Reply) -> bool:
         self._on_inventory_needed()
         inventory = self._inventory()
         index = _batch_index(reply) or 0
         if inventory is None or index >= len(group) or "host" in group[index].batch:
             return False
         group[index].batch["host"] = inventory
+        group[index].raw = None  # changed: encoded again from the parsed batch
         return True
 
-    def _delivered(self, group: list[_Item], reply: Reply, evicted: tuple[int, int]) -> None:
+    def _delivered(self, group: list[Spooled], reply: Reply, evicted: tuple[int, int]) -> None:
         self._forget(group)
         if any(evicted):
             self.spool.acknowledge_evictions(*evicted)
@@ -253,7 +252,7 @@ class Shipper:
         self._state.ok(f"server {self.client.origin}")
         self._state.ok("sender")
 
-    def _refused(self, group: list[_Item], reply: Reply, why: str) -> None:
+    def _refused(self, group: list[Spooled], reply: Reply, why: str) -> None:
         index = _batch_index(reply) if len(group) > 1 else 0
         if index is None or index >= len(group) or reply.status == 413 and len(group) > 1:
             # Cannot tell which batch is at fault (or the request was merely too large):
@@ -266,7 +265,7 @@ class Shipper:
         self._forget([group[index]])
         self.dropped_batches += 1
 
-    def _failed(self, group: list[_Item], reply: Reply) -> None:
+    def _failed(self, group: list[Spooled], reply: Reply) -> None:
         if reply.status in BAD_TOKEN:
             problem = (f"refused the agent token ({reply.describe()}); fix the token, "
                        "batches stay spooled meanwhile")
@@ -283,14 +282,14 @@ class Shipper:
         self._failures = min(self._failures + 1, 32)
         self._sleep(delay)
 
-    def _forget(self, items: list[_Item]) -> None:
-        names = [item.spool_name for item in items if item.spool_name]
+    def _forget(self, items: list[Spooled]) -> None:
+        names = [item.name for item in items if item.name]
         if names:
             self.spool.remove(names)
         with self._lock:
             # By identity: a batch that was spilled to disk meanwhile is no longer here (the
             # copy on disk is then sent again, which the server answers as a duplicate).
-            gone = {id(item.batch) for item in items if item.spool_name is None}
+            gone = {id(item.batch) for item in items if item.name is None}
             if gone:
                 self._memq = deque(b for b in self._memq if id(b) not in gone)
 

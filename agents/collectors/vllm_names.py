@@ -72,13 +72,18 @@ def _wanted_line_pattern() -> re.Pattern[str]:
     # adds to a family name; `_created` is left out on purpose (its own gauge family in V1).
     names = "|".join(re.escape(name) for name in wanted_families())
     return re.compile(
-        rf"^(?:# (?:HELP|TYPE) )?(?:{names})(?:_total|_bucket|_sum|_count)?[ \t{{].*$",
-        re.MULTILINE)
+        rf"\n((?:# (?:HELP|TYPE) )?(?:{names})(?:_total|_bucket|_sum|_count)?[ \t{{][^\n]*)")
 
+
+# The two patterns below find lines by the "\n" before them, so search "\n" + text; group 1 is
+# the line, and a match's start is the line's offset in the text. (A leading literal lets the
+# regex engine jump from newline to newline; `^` with re.MULTILINE tries every character,
+# which cost 3-6 times as much on a 60 KB page.)
 
 # Lines worth parsing: about a fifth of a vLLM 0.33 page (140 of 640 lines).
 WANTED_LINE = _wanted_line_pattern()
 
 # Lines that do not even look like a comment, a blank or `name{...} value` / `name value`:
 # `$ curl ...`, `...`, an HTML error page. They are handed to the parser, which says why.
-SUSPECT_LINE = re.compile(r"^(?!#|[a-zA-Z_:][a-zA-Z0-9_:]*[ \t{]|[ \t\r]*$).+$", re.MULTILINE)
+SUSPECT_LINE = re.compile(
+    r"\n(?=[^#a-zA-Z_: \t\r\n]|[ \t\r]+[^ \t\r\n]|[a-zA-Z_:][a-zA-Z0-9_:]*+(?![ \t{]))([^\n]*)")

@@ -4,7 +4,7 @@ import uuid
 import pytest
 
 from agents.batch import BatchBuilder, inventory_hash
-from agents.loop import Loop, Sampler, Sources, probe
+from agents.loop import HOST_INVENTORY_EVERY_S, Loop, Sampler, Sources, probe
 
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000000"
 GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
@@ -18,6 +18,7 @@ class FakeHost:
         self.calls = 0
 
     def inventory(self) -> dict:
+        self.inventory_reads = getattr(self, "inventory_reads", 0) + 1
         return dict(self.info)
 
     def collect(self) -> dict:
@@ -85,10 +86,12 @@ def sources(**overrides) -> Sources:
     return Sources(**kw)
 
 
-def make_loop(src: Sources, warnings: list[str] | None = None, clock=None):
+def make_loop(src: Sources, warnings: list[str] | None = None, clock=None, sampler_clock=None):
     warn = (warnings if warnings is not None else []).append
     sent: list[dict] = []
-    loop = Loop(Sampler(src, warn=warn, wall=lambda: 1764676800.0), BatchBuilder(),
+    sampler = Sampler(src, warn=warn, wall=lambda: 1764676800.0,
+                      **({"clock": sampler_clock} if sampler_clock else {}))
+    loop = Loop(sampler, BatchBuilder(),
                 sent.append, interval=1.0, warn=warn, **({"clock": clock} if clock else {}))
     return loop, sent
 
@@ -124,16 +127,75 @@ def test_empty_sections_are_left_out_of_the_sample():
 
 
 def test_the_inventory_rides_on_the_first_batch_and_again_only_when_it_changes():
-    src = sources()
-    loop, sent = make_loop(src)
+    src, now = sources(), [0.0]
+    loop, sent = make_loop(src, sampler_clock=lambda: now[0])
     loop.tick()
     loop.tick()
     src.host.info["mem_total_bytes"] *= 2
+    now[0] = HOST_INVENTORY_EVERY_S  # the host part is read again once it is this old
     loop.tick()
     loop.tick()
 
     assert ["host" in b for b in sent] == [True, False, True, False]
     assert sent[2]["host"]["mem_total_bytes"] == 2 * sent[0]["host"]["mem_total_bytes"]
+
+
+def test_the_host_part_is_read_again_only_after_a_minute():
+    src, now = sources(), [100.0]
+    loop, sent = make_loop(src, sampler_clock=lambda: now[0])
+    loop.tick()
+    src.host.info["cpu_count"] = 8
+    now[0] += HOST_INVENTORY_EVERY_S - 1
+    loop.tick()
+    now[0] += 1
+    loop.tick()
+
+    assert src.host.inventory_reads == 2
+    assert ["host" in b for b in sent] == [True, False, True]
+    assert sent[2]["host"]["cpu_count"] == 8
+
+
+def test_gpu_and_engine_changes_show_in_the_very_next_batch():
+    src, now = sources(), [0.0]
+    loop, sent = make_loop(src, sampler_clock=lambda: now[0])
+    loop.tick()
+    lost = src.gpus.inventory()[:2]
+    src.gpus.inventory = lambda: lost  # GPU C fell off the bus
+    loop.tick()
+    src.gpus.memory = {100: {GPU_C: 10}, 101: {GPU_C: 20}}  # the engine moved to GPU C
+    loop.tick()
+
+    class Second(FakeEngine):
+        url, port = "http://127.0.0.1:8001/metrics", 8001
+
+        def collect(self) -> list[dict]:
+            return [{"name": "vllm:8001/0", "up": 1}]
+
+        def inventory(self) -> list[dict]:
+            return [{"name": "vllm:8001/0", "url": self.url, "model": "n", "config": {}}]
+
+    src.engines.append(Second())
+    loop.tick()
+
+    assert all("host" in b for b in sent)  # no clock moved: the host part was read once
+    assert src.host.inventory_reads == 1
+    assert [g["uuid"] for g in sent[1]["host"]["gpus"]] == [GPU_A, GPU_B]
+    assert sent[1]["host"]["engines"][0]["gpu_uuids"] == [GPU_A, GPU_B]
+    assert sent[2]["host"]["engines"][0]["gpu_uuids"] == [GPU_C]
+    assert [e["name"] for e in sent[3]["host"]["engines"]] == ["vllm:8000/0", "vllm:8001/0"]
+
+
+def test_a_failed_host_inventory_read_is_retried_at_the_next_interval():
+    src = sources()
+    loop, sent = make_loop(src, sampler_clock=lambda: 0.0)
+    working = src.host.inventory
+    src.host.inventory = Broken().inventory
+    loop.tick()
+    src.host.inventory = working
+    loop.tick()
+
+    assert "cpu_count" not in sent[0]["host"]
+    assert sent[1]["host"]["cpu_count"] == 4
 
 
 def test_the_inventory_is_attached_again_after_the_server_asked_for_it():
