@@ -18,7 +18,7 @@ from django.db import DatabaseError, connections
 
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest.copy import dsn_from_settings
-from controlplane.telemetry.ingest.errors import BadRequest
+from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.registry import Registry
 from controlplane.telemetry.ingest.rows import LayoutCache, build_rows, engines_seen
 from controlplane.telemetry.ingest.validate import Batch, parse_request
@@ -111,10 +111,9 @@ class IngestApp:
         for batch in batches:
             for i, sample in enumerate(batch.samples):
                 if sample["ts"] > limit:
-                    field = f"{batch.path + '.' if batch.path else ''}samples[{i}].ts"
                     raise BadRequest(
                         f"ts is {sample['ts'] - time.time():.0f} s in the future; check the "
-                        f"agent's clock (NTP)", field)
+                        f"agent's clock (NTP)", join(batch.path, f"samples[{i}].ts"))
 
     async def _read_body(self, headers: dict, receive) -> bytes:
         ctype = headers.get(b"content-type", b"application/json").split(b";")[0].strip()

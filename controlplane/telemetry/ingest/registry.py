@@ -45,30 +45,31 @@ def _load_tokens() -> dict[str, tuple[int, bool]]:
     return {digest: (host_id, revoked is not None) for digest, host_id, revoked in rows}
 
 
-def _load_hosts() -> dict[int, HostState]:
+def _load_hosts(host_ids: list[int] | None = None) -> dict[int, HostState]:
+    """Hosts with their GPU and engine ids: every host (at start) or the ones named."""
+    hosts, gpu_rows, engine_rows = Host.objects.all(), Gpu.objects.all(), Engine.objects.all()
+    if host_ids is not None:
+        hosts = hosts.filter(id__in=host_ids)
+        gpu_rows = gpu_rows.filter(host_id__in=host_ids)
+        engine_rows = engine_rows.filter(host_id__in=host_ids)
     gpus: dict[int, dict[str, int]] = {}
-    for host_id, uuid, gpu_id in Gpu.objects.values_list("host_id", "uuid", "id"):
+    for host_id, uuid, gpu_id in gpu_rows.values_list("host_id", "uuid", "id"):
         gpus.setdefault(host_id, {})[uuid] = gpu_id
     engines: dict[int, dict[str, int]] = {}
-    for host_id, name, engine_id in Engine.objects.values_list("host_id", "name", "id"):
+    for host_id, name, engine_id in engine_rows.values_list("host_id", "name", "id"):
         engines.setdefault(host_id, {})[name] = engine_id
     return {
         host_id: HostState(host_id, hostname, digest, gpus.get(host_id, {}),
                            engines.get(host_id, {}))
-        for host_id, hostname, digest in Host.objects.values_list(
-            "id", "hostname", "inventory_digest")
+        for host_id, hostname, digest in hosts.values_list("id", "hostname", "inventory_digest")
     }
 
 
 def _load_host(host_id: int) -> HostState:
-    host = Host.objects.get(pk=host_id)
-    return HostState(
-        host_id=host.id,
-        hostname=host.hostname,
-        inventory_digest=host.inventory_digest,
-        gpu_ids=dict(Gpu.objects.filter(host_id=host_id).values_list("uuid", "id")),
-        engine_ids=dict(Engine.objects.filter(host_id=host_id).values_list("name", "id")),
-    )
+    state = _load_hosts([host_id]).get(host_id)
+    if state is None:
+        raise Host.DoesNotExist(f"no host with id {host_id}")
+    return state
 
 
 class Registry:
