@@ -14,3 +14,7 @@ from controlplane.settings import *  # noqa: E402,F403
 # WhiteNoise warns on every request when the static root is missing (a clean checkout has
 # not run collectstatic): give the tests an empty one.
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
+
+# Parallel pytest sessions on one machine (helpers, a CI run beside a session) each take their
+# own test database: PITWALL_TEST_DB names it.
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PITWALL_TEST_DB", "test_pitwall")}  # noqa: F405
