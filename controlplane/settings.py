@@ -78,11 +78,18 @@ TEMPLATES = [
     },
 ]
 
+# A connection pool per process (psycopg_pool), not persistent connections: under ASGI every
+# request runs in a thread of its own, and CONN_MAX_AGE kept one idle connection per thread
+# (a host page sends ~20 series requests; a few open tabs ran PostgreSQL out of clients).
+# The ingest writer keeps its own connection outside Django.
+_DATABASE = database_from_url(envstr("DATABASE_URL", "postgres://127.0.0.1:5432/pitwall"))
+DATABASE_POOL_MAX = envint("DATABASE_POOL_MAX", 8, minimum=1)
 DATABASES = {
     "default": {
-        **database_from_url(envstr("DATABASE_URL", "postgres://127.0.0.1:5432/pitwall")),
-        "CONN_MAX_AGE": envint("DATABASE_CONN_MAX_AGE", 60, minimum=0),
-        "CONN_HEALTH_CHECKS": True,
+        **_DATABASE,
+        "CONN_MAX_AGE": 0,
+        "OPTIONS": {**_DATABASE["OPTIONS"],
+                    "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": 10}},
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -119,6 +126,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+# uPlot comes from npm (`npm ci` in the build, package-lock.json): served as "vendor/uplot/".
+STATICFILES_DIRS = [("vendor/uplot", BASE_DIR / "node_modules" / "uplot" / "dist")]
+# WhiteNoise serves from STATIC_ROOT (filled by collectstatic); in development and tests it can
+# read the app and node_modules folders directly instead, so no collectstatic is needed.
+WHITENOISE_USE_FINDERS = envbool("PITWALL_STATIC_FINDERS", DEBUG)
+WHITENOISE_AUTOREFRESH = DEBUG
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -177,6 +190,17 @@ PITWALL = {
     "PARTITIONS_AHEAD_DAYS": envint("PITWALL_PARTITIONS_AHEAD_DAYS", 3, minimum=1),
     # Raw samples are kept this many days; whole daily partitions are dropped after.
     "RAW_RETENTION_DAYS": envint("PITWALL_RAW_RETENTION_DAYS", 14, minimum=1),
+    # Rollups (docs/history.md): 1-minute ones kept this many days (daily partitions), 1-hour
+    # ones this many (monthly partitions); the rollup task runs every ROLLUP_INTERVAL_S and
+    # rolls up a minute once it ended ROLLUP_SETTLE_S ago.
+    "ROLLUP_1M_RETENTION_DAYS": envint("PITWALL_ROLLUP_1M_RETENTION_DAYS", 90, minimum=1),
+    "ROLLUP_1H_RETENTION_DAYS": envint("PITWALL_ROLLUP_1H_RETENTION_DAYS", 730, minimum=1),
+    "ROLLUP_INTERVAL_S": envint("PITWALL_ROLLUP_INTERVAL_S", 60, minimum=1),
+    "ROLLUP_SETTLE_S": envint("PITWALL_ROLLUP_SETTLE_S", 30, minimum=2),
+    # Live push: the fleet summary goes out at most this often per ingest process, and the
+    # ingest process re-reads which groups browsers watch this often (docs/live.md).
+    "LIVE_FLEET_INTERVAL_MS": envint("PITWALL_LIVE_FLEET_INTERVAL_MS", 1000, minimum=0),
+    "LIVE_INTEREST_REFRESH_MS": envint("PITWALL_LIVE_INTEREST_REFRESH_MS", 1000, minimum=10),
 }
 
 LOGGING = {

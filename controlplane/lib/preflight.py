@@ -31,7 +31,8 @@ def check_postgres(db: dict, create: bool = True) -> str:
     where = f"{db.get('HOST') or 'local socket'}:{db.get('PORT') or 5432}"
     params = {"host": db.get("HOST") or None, "port": db.get("PORT") or None,
               "user": db.get("USER") or None, "password": db.get("PASSWORD") or None,
-              "connect_timeout": 3, **db.get("OPTIONS", {})}
+              "connect_timeout": 3,
+              **{k: v for k, v in db.get("OPTIONS", {}).items() if k != "pool"}}
     try:
         with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
             exists = conn.execute(

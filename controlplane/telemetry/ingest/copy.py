@@ -132,4 +132,5 @@ def dsn_from_settings(db: dict) -> str:
     """A libpq connection string from Django's DATABASES entry."""
     parts = {"dbname": db["NAME"], "user": db.get("USER"), "password": db.get("PASSWORD"),
              "host": db.get("HOST"), "port": db.get("PORT"), **db.get("OPTIONS", {})}
+    parts.pop("pool", None)  # Django's pool settings, not a libpq option
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in parts.items() if v})
