@@ -13,6 +13,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
+from controlplane.telemetry.rollups.schema import all_tables as rollup_tables
 from controlplane.telemetry.schema import TABLES
 
 
@@ -61,13 +62,15 @@ def agent_client(db) -> APIClient:
 
 
 def truncate_samples() -> None:
+    names = [t.name for t in TABLES.values()] + [t.name for t in rollup_tables()]
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE " + ", ".join(t.name for t in TABLES.values()))
+        cursor.execute("TRUNCATE " + ", ".join(names))
 
 
 @pytest.fixture
 def empty_samples(transactional_db):
-    """Sample tables are raw SQL, outside Django's flush between tests: empty them here."""
+    """Sample and rollup tables are raw SQL, outside Django's flush between tests: empty them
+    here (watermarks and dirty marks are models: the flush empties those)."""
     truncate_samples()
     yield
     truncate_samples()

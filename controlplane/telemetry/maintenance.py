@@ -1,24 +1,44 @@
-"""Partition upkeep: create the coming days' partitions, drop the days past retention."""
+"""Partition upkeep: create the coming partitions, drop those past retention (hourly task).
+
+Raw samples are kept ``RAW_RETENTION_DAYS``, 1-minute rollups ``ROLLUP_1M_RETENTION_DAYS``,
+1-hour rollups ``ROLLUP_1H_RETENTION_DAYS``; a partition goes once it ends on or before
+today minus that many days, so a monthly 1-hour partition outlives its cutoff by up to a month.
+"""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.telemetry import partitions
+from controlplane.telemetry.rollups.schema import TABLES as ROLLUP_TABLES
+from controlplane.telemetry.rollups.schema import TIERS
 from controlplane.telemetry.schema import TABLES
 
 
-def maintain_partitions() -> dict:
-    today = timezone.now().date()
-    ahead = settings.PITWALL["PARTITIONS_AHEAD_DAYS"]
-    cutoff = today - timedelta(days=settings.PITWALL["RAW_RETENTION_DAYS"])
+def ensure_rollup_partitions(cursor, today: date, behind: int, ahead: int) -> None:
+    days = partitions.days_around(today, behind, ahead)
+    for tier in TIERS.values():
+        names = [t.name for t in ROLLUP_TABLES[tier.name].values()]
+        partitions.ensure(cursor, days, names, tier.period)
+
+
+def maintain_partitions(today: date | None = None) -> dict:
+    today = today or timezone.now().date()
+    conf = settings.PITWALL
+    ahead = conf["PARTITIONS_AHEAD_DAYS"]
     dropped: list[str] = []
     with transaction.atomic(), connection.cursor() as cursor:
         partitions.ensure(cursor, partitions.days_around(today, 0, ahead))
+        ensure_rollup_partitions(cursor, today, 0, ahead)
+        cutoff = today - timedelta(days=conf["RAW_RETENTION_DAYS"])
         for table in TABLES.values():
             dropped += partitions.drop_before(cursor, table.name, cutoff)
+        for tier in TIERS.values():
+            cutoff = today - timedelta(days=conf[tier.retention_setting])
+            for rollup in ROLLUP_TABLES[tier.name].values():
+                dropped += partitions.drop_before(cursor, rollup.name, cutoff, tier.period)
     return {"created_through": str(today + timedelta(days=ahead)), "dropped": dropped}

@@ -40,3 +40,34 @@ class HistogramLayout(models.Model):
 
     def __str__(self) -> str:
         return f"layout {self.id}: {len(self.bounds)} bounds"
+
+
+class RollupWatermark(models.Model):
+    """How far a rollup tier is built: every bucket before ``upto`` is in its tables.
+
+    Later buckets are read from the finer tier by the series layer; late samples before it
+    are caught by ``RollupDirty`` (rollups/build.py).
+    """
+
+    resolution = models.CharField(max_length=8, primary_key=True)  # "1m", "1h"
+    upto = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.resolution} built up to {self.upto.isoformat()}"
+
+
+class RollupDirty(models.Model):
+    """A bucket of one host whose rollup must be recomputed: samples reached it late.
+
+    The ingest writer inserts ("1m", host, minute) rows in its flush transaction for samples
+    whose minute may already be rolled up (rollups/late.py); the rollup task deletes them as
+    it claims them, recomputes those minutes and marks their hour ("1h", host, hour).
+    """
+
+    pk = models.CompositePrimaryKey("resolution", "host_id", "bucket")
+    resolution = models.CharField(max_length=8)
+    host_id = models.IntegerField()  # no foreign key: a deleted host's rows just roll up nothing
+    bucket = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.resolution} of host {self.host_id} at {self.bucket.isoformat()}"

@@ -1,8 +1,15 @@
 from celery import shared_task
+from django.conf import settings
 
-from controlplane.telemetry import maintenance
+from controlplane.telemetry import maintenance, rollups
 
 
 @shared_task
 def maintain_partitions() -> dict:
     return maintenance.maintain_partitions()
+
+
+@shared_task
+def roll_up() -> dict:
+    # Stop starting new chunks before the next beat: a backlog continues in the next run.
+    return rollups.run(budget_s=settings.PITWALL["ROLLUP_INTERVAL_S"] * 0.75)

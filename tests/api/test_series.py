@@ -1,4 +1,7 @@
-"""GET /api/v1/series/ for gauges, rates and array metrics; entities and windows."""
+"""GET /api/v1/series/ for gauges, rates and array metrics of one entity; windows.
+
+Several entities, host=, stat and rollups: test_series_entities.py, test_series_rollups.py.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.api.helpers import T0, insert_samples, series
+
+
+def line(body: dict) -> dict:
+    """The only series of a one-entity reply."""
+    assert len(body["series"]) == 1, body
+    return body["series"][0]
 
 MINUTE = timedelta(minutes=1)
 UTIL = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0]
@@ -30,8 +39,9 @@ def test_it_returns_raw_points_of_a_gauge(api, fleet, gpu_rows):
     response = series(api, metric="gpu.util_pct", entity=fleet.gpu.id, **WINDOW)
     assert response.status_code == 200, response.content
     body = response.json()
-    assert body["points"] == [[(T0 + i * MINUTE).timestamp(), v] for i, v in enumerate(UTIL)]
-    assert body["resolution"] == "raw"
+    assert line(body)["points"] == [[(T0 + i * MINUTE).timestamp(), v]
+                                    for i, v in enumerate(UTIL)]
+    assert (body["resolution"], body["step"], body["stat"]) == ("raw", None, "avg")
     assert (body["metric"], body["unit"], body["kind"]) == ("gpu.util_pct", "%", "gauge")
     assert (body["start"], body["end"]) == (T0.timestamp(), (T0 + 10 * MINUTE).timestamp())
     assert body["quantile"] is None
@@ -39,9 +49,9 @@ def test_it_returns_raw_points_of_a_gauge(api, fleet, gpu_rows):
 
 def test_it_describes_the_entity(api, fleet, gpu_rows):
     body = series(api, metric="gpu.util_pct", entity=fleet.gpu.id, **WINDOW).json()
-    assert body["entity"] == {"kind": "gpu", "id": fleet.gpu.id, "uuid": "GPU-0aaa",
-                              "index": 0, "host": fleet.online_host.id,
-                              "hostname": "gpu-node-1"}
+    assert line(body)["entity"] == {"kind": "gpu", "id": fleet.gpu.id, "uuid": "GPU-0aaa",
+                                    "index": 0, "host": fleet.online_host.id,
+                                    "hostname": "gpu-node-1"}
 
 
 def test_it_finds_a_gpu_by_uuid(api, fleet, gpu_rows):
@@ -53,13 +63,13 @@ def test_it_finds_a_gpu_by_uuid(api, fleet, gpu_rows):
 def test_it_returns_float4_values_in_their_shortest_form(api, fleet):
     insert_samples("gpu", [{"gpu_id": fleet.gpu.id, "ts": T0, "util_pct": 33.3}])
     body = series(api, metric="gpu.util_pct", entity=fleet.gpu.id, **WINDOW).json()
-    assert body["points"] == [[T0.timestamp(), 33.3]]
+    assert line(body)["points"] == [[T0.timestamp(), 33.3]]
 
 
 def test_it_returns_integer_metrics_as_integers(api, fleet):
     insert_samples("gpu", [{"gpu_id": fleet.gpu.id, "ts": T0, "mem_used_bytes": 2**36 + 1}])
     body = series(api, metric="gpu.mem_used_bytes", entity=fleet.gpu.id, **WINDOW).json()
-    assert body["points"] == [[T0.timestamp(), 2**36 + 1]]
+    assert line(body)["points"] == [[T0.timestamp(), 2**36 + 1]]
 
 
 def test_it_averages_equal_time_buckets_when_rows_exceed_max_points(api, fleet, gpu_rows):
@@ -68,15 +78,15 @@ def test_it_averages_equal_time_buckets_when_rows_exceed_max_points(api, fleet, 
     # Ten minutes in five buckets: two minutes, two rows each.
     expected = [[(T0 + 2 * k * MINUTE).timestamp(), (UTIL[2 * k] + UTIL[2 * k + 1]) / 2]
                 for k in range(5)]
-    assert body["points"] == expected
-    assert body["resolution"] == "raw-avg-120s"
+    assert line(body)["points"] == expected
+    assert (body["resolution"], body["step"]) == ("raw", 120)
 
 
 def test_it_keeps_raw_rows_when_they_fit_in_max_points_exactly(api, fleet, gpu_rows):
     body = series(api, metric="gpu.util_pct", entity=fleet.gpu.id, max_points=10,
                   **WINDOW).json()
-    assert body["resolution"] == "raw"
-    assert len(body["points"]) == 10
+    assert (body["resolution"], body["step"]) == ("raw", None)
+    assert len(line(body)["points"]) == 10
 
 
 def test_it_ors_a_bitmask_within_a_bucket(api, fleet):
@@ -86,8 +96,8 @@ def test_it_ors_a_bitmask_within_a_bucket(api, fleet):
     ])
     body = series(api, metric="gpu.throttle_reasons", entity=fleet.gpu.id, max_points=1,
                   **WINDOW).json()
-    assert body["points"] == [[T0.timestamp(), 1 | 4]]
-    assert body["resolution"] == "raw-or-600s"
+    assert line(body)["points"] == [[T0.timestamp(), 1 | 4]]
+    assert (body["resolution"], body["step"]) == ("raw", 600)
 
 
 CORES = [[10.5, 20.0], [30.5, 40.0], [50.0, 60.0], [70.0, 80.25]]
@@ -101,9 +111,10 @@ def core_rows(fleet):
 
 def test_it_returns_the_list_of_an_array_metric(api, fleet, core_rows):
     body = series(api, metric="host.cpu_core_pct", entity="gpu-node-1", **WINDOW).json()
-    assert body["points"] == [[(T0 + i * MINUTE).timestamp(), c] for i, c in enumerate(CORES)]
-    assert body["entity"] == {"kind": "host", "id": fleet.online_host.id,
-                              "hostname": "gpu-node-1"}
+    assert line(body)["points"] == [[(T0 + i * MINUTE).timestamp(), c]
+                                    for i, c in enumerate(CORES)]
+    assert line(body)["entity"] == {"kind": "host", "id": fleet.online_host.id,
+                                    "hostname": "gpu-node-1"}
 
 
 def test_it_averages_an_array_metric_core_by_core(api, fleet, core_rows):
@@ -112,8 +123,9 @@ def test_it_averages_an_array_metric_core_by_core(api, fleet, core_rows):
                   **window).json()
     first = [(a + b) / 2 for a, b in zip(CORES[0], CORES[1], strict=True)]
     second = [(a + b) / 2 for a, b in zip(CORES[2], CORES[3], strict=True)]
-    assert body["points"] == [[T0.timestamp(), first], [(T0 + 2 * MINUTE).timestamp(), second]]
-    assert body["resolution"] == "raw-avg-120s"
+    assert line(body)["points"] == [[T0.timestamp(), first],
+                                    [(T0 + 2 * MINUTE).timestamp(), second]]
+    assert (body["resolution"], body["step"]) == ("raw", 120)
 
 
 def test_it_reads_a_process_by_host_and_pid(api, fleet):
@@ -125,16 +137,16 @@ def test_it_reads_a_process_by_host_and_pid(api, fleet):
     ])
     for entity in (f"{host.id}:4242", "gpu-node-1:4242"):
         body = series(api, metric="proc.cpu_pct", entity=entity, **WINDOW).json()
-        assert body["points"] == [[T0.timestamp(), 99.5]]
-        assert body["entity"] == {"kind": "proc", "host": host.id, "hostname": "gpu-node-1",
-                                  "pid": 4242}
+        assert line(body)["points"] == [[T0.timestamp(), 99.5]]
+        assert line(body)["entity"] == {"kind": "proc", "host": host.id,
+                                        "hostname": "gpu-node-1", "pid": 4242}
 
 
 def test_it_reads_an_engine_by_id(api, fleet):
     insert_samples("engine", [{"engine_id": fleet.engine.id, "ts": T0, "kv_cache_usage": 0.5}])
     body = series(api, metric="engine.kv_cache_usage", entity=fleet.engine.id, **WINDOW).json()
-    assert body["points"] == [[T0.timestamp(), 0.5]]
-    assert body["entity"]["name"] == "vllm:8000/0"
+    assert line(body)["points"] == [[T0.timestamp(), 0.5]]
+    assert line(body)["entity"]["name"] == "vllm:8000/0"
 
 
 def test_it_reads_the_last_hour_by_default(api, fleet):
@@ -144,7 +156,7 @@ def test_it_reads_the_last_hour_by_default(api, fleet):
         {"host_id": fleet.online_host.id, "ts": now - timedelta(hours=2), "cpu_pct": 99.0},
     ])
     body = series(api, metric="host.cpu_pct", entity="gpu-node-1").json()
-    assert body["points"] == [[(now - timedelta(minutes=10)).timestamp(), 12.5]]
+    assert line(body)["points"] == [[(now - timedelta(minutes=10)).timestamp(), 12.5]]
     assert body["end"] - body["start"] == 3600
 
 
@@ -154,7 +166,8 @@ def test_it_accepts_unix_seconds_and_iso_offsets(api, fleet, gpu_rows):
                      end=str(end)).json()
     by_iso = series(api, metric="gpu.util_pct", entity=fleet.gpu.id,
                     start="2026-03-02T13:00:00+01:00", end="2026-03-02T12:10:00").json()
-    assert by_unix["points"] == by_iso["points"] and len(by_unix["points"]) == len(UTIL)
+    assert line(by_unix)["points"] == line(by_iso)["points"]
+    assert len(line(by_unix)["points"]) == len(UTIL)
 
 
 def test_it_reads_an_unescaped_plus_in_an_iso_offset(api, fleet, gpu_rows):
@@ -168,5 +181,4 @@ def test_it_reads_an_unescaped_plus_in_an_iso_offset(api, fleet, gpu_rows):
 def test_it_returns_no_points_for_a_window_without_rows(api, fleet, gpu_rows):
     body = series(api, metric="gpu.util_pct", entity=fleet.gpu.id,
                   start="2020-01-01T00:00:00Z", end="2020-01-02T00:00:00Z").json()
-    assert body["points"] == []
-    assert body["resolution"] == "raw"
+    assert line(body)["points"] == []

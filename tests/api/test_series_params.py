@@ -26,7 +26,7 @@ def good(fleet) -> dict:
     ({"end": "2026-13-01T00:00:00"}, "end"),
     ({"end": START}, "end"),  # an empty window
     ({"start": END, "end": START}, "end"),
-    ({"start": (T0 - timedelta(days=31, seconds=1)).isoformat(), "end": START}, "start"),
+    ({"start": (T0 - timedelta(days=731, seconds=1)).isoformat(), "end": START}, "start"),
     ({"max_points": "0"}, "max_points"),
     ({"max_points": "10001"}, "max_points"),
     ({"max_points": "many"}, "max_points"),
@@ -36,6 +36,10 @@ def good(fleet) -> dict:
     ({"metric": "engine.up", "entity": "vllm:8000/0"}, "entity"),
     ({"metric": "proc.cpu_pct", "entity": "4242"}, "entity"),
     ({"metric": "proc.cpu_pct", "entity": "gpu-node-1:x"}, "entity"),
+    ({"entity": " , "}, "entity"),
+    ({"host": "gpu-node-1"}, "host"),  # entity and host at once
+    ({"stat": "median"}, "stat"),
+    ({"metric": "engine.ttft_seconds", "entity": "1", "stat": "max"}, "stat"),
 ])
 def test_it_refuses_a_bad_parameter_naming_it(api, good, change, param):
     params = {k: v for k, v in {**good, **change}.items() if v is not None}
@@ -50,9 +54,11 @@ def test_it_lists_close_names_for_an_unknown_metric(api, good):
     assert "gpu.mem_util_pct" in body["metric"][0]
 
 
-def test_it_allows_a_window_of_exactly_31_days(api, good):
-    start = (T0 - timedelta(days=31)).isoformat()
-    assert series(api, **{**good, "start": start, "end": START}).status_code == 200
+@pytest.mark.parametrize("days", [31, 32, 365, 731])
+def test_it_allows_windows_of_up_to_two_years(api, good, days):
+    start = (T0 - timedelta(days=days)).isoformat()
+    response = series(api, **{**good, "start": start, "end": START})
+    assert response.status_code == 200, response.content
 
 
 def test_it_names_every_bad_parameter_at_once(api, good):
@@ -73,3 +79,16 @@ def test_it_answers_404_naming_an_unknown_entity(api, good, metric, entity, name
     response = series(api, **{**good, "metric": metric, "entity": entity})
     assert response.status_code == 404, response.content
     assert named in response.json()["entity"][0]
+
+
+def test_it_answers_404_naming_an_unknown_host(api, good):
+    params = {k: v for k, v in good.items() if k != "entity"}
+    response = series(api, **params, host="no-such-host")
+    assert response.status_code == 404, response.content
+    assert "no-such-host" in response.json()["host"][0]
+
+
+def test_one_unknown_entity_among_several_is_a_404_naming_it(api, good, fleet):
+    response = series(api, **{**good, "entity": f"{fleet.gpu.id},GPU-ffff"})
+    assert response.status_code == 404, response.content
+    assert "GPU-ffff" in response.json()["entity"][0]

@@ -40,7 +40,8 @@ def stack(empty_samples, tmp_path, django_user_model):
 def series(api, metric: str, entity, **params) -> list:
     reply = api.get("/api/v1/series/", {"metric": metric, "entity": entity, **params})
     assert reply.status_code == 200, reply.content
-    return reply.json()["points"]
+    [one] = reply.json()["series"]  # one entity asked, one series back
+    return one["points"]
 
 
 def test_samples_from_a_real_agent_come_back_through_the_api(stack):

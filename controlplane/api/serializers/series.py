@@ -48,19 +48,27 @@ class UnixTimeField(serializers.Field):
 
 class SeriesQuerySerializer(serializers.Serializer):
     metric = serializers.CharField(help_text="A catalog metric name, e.g. gpu.util_pct")
-    entity = serializers.CharField(help_text=(
-        "host.*: host id or hostname; gpu.*: GPU id or uuid; engine.*: engine id; "
-        "proc.*: '<host id or hostname>:<pid>'"))
+    entity = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text=(
+            "Repeatable, or comma-separated. host.*: host id or hostname; gpu.*: GPU id or "
+            "uuid; engine.*: engine id; proc.*: '<host id or hostname>:<pid>'. "
+            "entity or host is required, not both"))
+    host = serializers.CharField(required=False, help_text=(
+        "Host id or hostname: every entity of the metric's kind on it (its present GPUs in "
+        "index order, its present engines, its processes seen in the window)"))
     start = InstantField(required=False, help_text=(
         "ISO-8601 or unix seconds; default: end minus one hour"))
     end = InstantField(required=False, help_text="ISO-8601 or unix seconds; default: now")
     max_points = serializers.IntegerField(
         required=False, default=series.DEFAULT_MAX_POINTS, min_value=1,
         max_value=series.MAX_POINTS, help_text=(
-            "At most this many points: beyond it, time is cut into equal buckets"))
+            "At most this many points per series; also picks the resolution"))
     quantile = serializers.FloatField(required=False, min_value=0, max_value=1, help_text=(
         "Histogram metrics only: the estimated quantile per point instead of the "
         "observation count"))
+    stat = serializers.ChoiceField(choices=series.STATS, required=False, help_text=(
+        "Gauges and rates: the statistic of each bucket; default avg (for bitmasks: the or of "
+        "all bits seen, for error codes: the highest)"))
 
     def validate_metric(self, value: str):
         try:
@@ -68,7 +76,17 @@ class SeriesQuerySerializer(serializers.Serializer):
         except series.SeriesError as exc:
             raise serializers.ValidationError(str(exc)) from None
 
+    def validate_entity(self, value: list[str]) -> list[str]:
+        names = [part.strip() for item in value for part in item.split(",") if part.strip()]
+        if not names:
+            raise serializers.ValidationError("name at least one entity")
+        return names
+
     def validate(self, attrs: dict) -> dict:
+        if "entity" in attrs and "host" in attrs:
+            raise serializers.ValidationError({"host": "give entity or host, not both"})
+        if "entity" not in attrs and "host" not in attrs:
+            raise serializers.ValidationError({"entity": "entity or host is required"})
         # With only a start, the window runs to now; with neither, it is the last hour.
         attrs.setdefault("end", datetime.now(UTC))
         attrs.setdefault("start", attrs["end"] - DEFAULT_WINDOW)
@@ -95,11 +113,17 @@ class SeriesEntitySerializer(serializers.Serializer):
             {"type": "array", "items": {"type": "number", "nullable": True}},
         ]},
     },
-    "description": "[unix seconds, value] pairs in time order; a list value for array metrics",
+    "description": ("[unix seconds, value] pairs in time order; a list value for array "
+                    "metrics. A bucketed point is stamped with its bucket's start"),
 })
 class PointsField(serializers.Field):
     def to_representation(self, value: list) -> list:
         return [[ts, v] for ts, v in value]
+
+
+class SeriesLineSerializer(serializers.Serializer):
+    entity = SeriesEntitySerializer(source="entity.info")
+    points = PointsField()
 
 
 class SeriesSerializer(serializers.Serializer):
@@ -108,10 +132,14 @@ class SeriesSerializer(serializers.Serializer):
     kind = serializers.CharField(source="metric.kind", help_text="gauge, rate or histogram")
     quantile = serializers.FloatField(allow_null=True, help_text=(
         "The quantile the histogram points estimate; null for observation counts"))
-    entity = SeriesEntitySerializer(source="entity.info")
-    resolution = serializers.CharField(help_text=(
-        "raw, or raw-<aggregate>-<seconds>s when rows were bucketed (avg for gauges and rates, "
-        "sum for histogram counts, or for bitmasks, max for error codes)"))
+    stat = serializers.CharField(allow_null=True, help_text=(
+        "The statistic of gauge and rate points (avg, min, max, last); null for histograms"))
+    resolution = serializers.ChoiceField(choices=["raw", "1m", "1h"], help_text=(
+        "The table the range was read from: raw samples, 1-minute or 1-hour rollups (the "
+        "part after a rollup's watermark comes from the finer table, in the same buckets)"))
+    step = serializers.IntegerField(allow_null=True, help_text=(
+        "Bucket width in seconds; null when raw rows are given as they are"))
     start = UnixTimeField(help_text="Unix seconds")
     end = UnixTimeField(help_text="Unix seconds")
-    points = PointsField()
+    series = SeriesLineSerializer(many=True, help_text=(
+        "One per entity, in the order asked (host=: GPUs by index, engines and processes by id)"))

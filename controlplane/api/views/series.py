@@ -18,17 +18,21 @@ class SeriesView(APIView):
     permission_classes = [CanReadFleet]
 
     @extend_schema(
-        summary="One metric of one entity over time",
+        summary="One metric of one or more entities over time",
         description=(
-            "Raw samples when the window holds at most max_points of them; otherwise time is "
-            "cut into equal buckets (gauges and rates averaged, histogram counts summed) and "
-            "the reply's resolution says so. Absent values are left out of points. The window "
-            "is start <= ts < end, at most 31 days."),
+            "The resolution is the coarsest of raw samples, 1-minute and 1-hour rollups that "
+            "still gives max_points buckets over the range (a tier that does not reach back "
+            "to start is skipped for a coarser one); points are buckets of step seconds, or "
+            "the raw rows themselves when they fit in max_points. Gauges and rates show the "
+            "stat of each bucket; histograms the observation count, or with quantile the "
+            "estimate from the summed bucket counts. Absent values are left out of points. "
+            "The window is start <= ts < end, at most two years."),
         parameters=[SeriesQuerySerializer],
         responses={
             200: SeriesSerializer,
             400: OpenApiResponse(OpenApiTypes.OBJECT, description=_ERRORS),
-            404: OpenApiResponse(OpenApiTypes.OBJECT, description="No such entity: {entity}"),
+            404: OpenApiResponse(OpenApiTypes.OBJECT,
+                                 description="No such entity or host: {entity} or {host}"),
         },
     )
     def get(self, request: Request) -> Response:
@@ -36,8 +40,7 @@ class SeriesView(APIView):
         query.is_valid(raise_exception=True)
         params = dict(query.validated_data)
         try:
-            entity = series.resolve_entity(params["metric"], params.pop("entity"))
-            result = series.read_series(entity=entity, **params)
+            result = series.read_series(**params)
         except series.EntityNotFound as exc:
             raise NotFound({exc.param: [str(exc)]}) from None
         except series.SeriesError as exc:

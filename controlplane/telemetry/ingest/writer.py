@@ -27,6 +27,7 @@ from psycopg import errors as pg_errors
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest.copy import copy_rows, make_copy_connection
 from controlplane.telemetry.ingest.rows import Rows
+from controlplane.telemetry.rollups import late
 
 log = logging.getLogger(__name__)
 LAST_SEEN_EVERY_S = 5.0  # last_seen is refreshed at most this often per host / engine
@@ -166,6 +167,7 @@ class Writer:
                 if rows:
                     await copy_rows(conn, table, rows, conflict_safe)
             await self._count_evictions(conn, fresh)
+            await late.record(conn, fresh)  # rollups redo the minutes late samples reached
         return new
 
     async def _claim(self, conn, work: list[Work]) -> list[bool]:

@@ -1,0 +1,55 @@
+"""The ingest side of late data: mark the minutes that late samples reached as dirty.
+
+An agent replaying its spool after an outage sends samples minutes or hours old, into
+minutes the rollup task may already have built. Inside its flush transaction the ingest
+writer records ("1m", host, minute) for such samples; the rollup task recomputes those
+minutes and their hour (build.py). A sample is late when its minute ended more than half
+``ROLLUP_SETTLE_S`` ago: live samples (a second or two old) never are, so a live flush costs
+one ``min()`` over its timestamps and no query. The rollup task waits the whole
+``ROLLUP_SETTLE_S``, so a flush would have to take longer than the other half, clock skew
+between ingest and Celery nodes included, for a sample to slip between the two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from operator import itemgetter
+
+from django.conf import settings
+
+from controlplane.telemetry.schema import TABLES
+
+MINUTE = 60
+# Position of ts in each table's rows: after the entity key columns.
+_TS = {t.name: itemgetter(len(t.keys)) for t in TABLES.values()}
+
+MARK_SQL = """
+INSERT INTO telemetry_rollupdirty (resolution, host_id, bucket)
+SELECT '1m', h, to_timestamp(b) FROM unnest(%s::int4[], %s::float8[]) AS v(h, b)
+ORDER BY h, b ON CONFLICT DO NOTHING
+"""
+
+
+def late_minutes(items: Iterable, now: float | None = None) -> list[tuple[int, float]]:
+    """Sorted (host id, minute start) of the samples in these Work items that are late."""
+    cutoff = (now or time.time()) - settings.PITWALL["ROLLUP_SETTLE_S"] / 2
+    boundary = cutoff // MINUTE * MINUTE  # samples before it are in a minute that ended
+    found: set[tuple[int, float]] = set()
+    for item in items:
+        for table, rows in item.rows.items():
+            if not rows:
+                continue
+            ts = _TS[table]
+            if min(map(ts, rows)) < boundary:
+                found.update((item.host_id, t // MINUTE * MINUTE)
+                             for t in map(ts, rows) if t < boundary)
+    return sorted(found)
+
+
+async def record(conn, items: Iterable) -> None:
+    """Mark the late minutes of these Work items dirty, on the flush's connection."""
+    marks = late_minutes(items)
+    if marks:
+        async with conn.cursor() as cur:
+            await cur.execute(MARK_SQL, ([h for h, _ in marks], [m for _, m in marks]))
