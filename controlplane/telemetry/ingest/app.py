@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, connections
 
+from controlplane.realtime.publisher import Publisher
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest.copy import dsn_from_settings
 from controlplane.telemetry.ingest.errors import BadRequest, join
@@ -38,12 +39,16 @@ class IngestApp:
             conf["INGEST_FLUSH_ROWS"], conf["INGEST_FLUSH_MS"])
         self.registry = Registry()
         self.layouts = LayoutCache()
+        # Live push: events for watched groups, built from what each flush committed.
+        self.publisher = Publisher(self.layouts.ids)
+        self.writer.after_commit.append(self.publisher.on_commit)
         self.started = False
 
     async def startup(self) -> None:
         if not self.started:
             self.started = True
             await self.writer.start()
+            await self.publisher.start()
             try:
                 await self.registry.warm()
             except DatabaseError as exc:  # requests load what they need once it is back
@@ -54,6 +59,7 @@ class IngestApp:
         if self.started:
             self.started = False
             await self.writer.stop()
+            await self.publisher.stop()
         # The registry's ORM calls ran in asgiref's sync thread: close its connection too.
         await sync_to_async(connections.close_all)()
 

@@ -1,0 +1,96 @@
+"""``/ws/live/``: a signed-in browser subscribes to live groups and receives their events.
+
+Protocol in docs/live.md. Events arrive already serialised (publish.py) and are forwarded as
+they are. A socket whose session ended or whose user was deactivated is closed at its next
+ping (every 20 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from importlib import import_module
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
+
+from controlplane.realtime import groups, interest
+from controlplane.realtime.events import Reply, encode
+from controlplane.realtime.publish import LAYER_ERRORS
+
+CLOSE_SIGNED_OUT = 4401  # the page sends the browser to the login form, no reconnect
+CLOSE_TRY_AGAIN = 1013  # the channel layer is unreachable: reconnect with back-off
+USAGE = 'send {"type": "subscribe", "groups": [...]} or {"type": "ping"}'
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.watching: dict[str, str] = {}  # client group name -> channel-layer group
+        await self.accept()  # then close: a close code reaches the page only after accept
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_SIGNED_OUT)
+
+    async def disconnect(self, code: int) -> None:
+        with contextlib.suppress(*LAYER_ERRORS):  # Redis gone: its groups expire by themselves
+            for group in set(self.watching.values()):
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
+        if not self.scope["user"].is_authenticated:  # a frame that raced the 4401 close
+            return
+        try:
+            message = orjson.loads(text_data or bytes_data or b"")
+        except orjson.JSONDecodeError:
+            message = None
+        kind = message.get("type") if isinstance(message, dict) else None
+        try:
+            if kind == "subscribe":
+                await self._subscribe(message.get("groups"))  # type: ignore[union-attr]
+            elif kind == "ping":
+                await self._ping()
+            else:
+                await self._reply({"type": "error", "error": USAGE})
+        except LAYER_ERRORS:
+            await self.close(code=CLOSE_TRY_AGAIN)
+
+    async def _subscribe(self, names: object) -> None:
+        if not isinstance(names, list):
+            await self._reply({"type": "error", "error": "groups must be a list"})
+            return
+        accepted, denied = await groups.resolve(names)
+        wanted, current = set(accepted.values()), set(self.watching.values())
+        for group in current - wanted:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        for group in wanted - current:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.watching = accepted
+        await interest.touch(wanted, subscribed=True)
+        await self._reply({"type": "subscribed", "groups": list(accepted), "denied": denied})
+
+    async def _ping(self) -> None:
+        if not await _still_signed_in(self.scope):
+            await self.close(code=CLOSE_SIGNED_OUT)
+            return
+        await interest.touch(set(self.watching.values()))
+        await self._reply({"type": "pong", "server_time": time.time()})
+
+    async def live_event(self, message: dict) -> None:
+        """An event from publish(), for a group this socket joined."""
+        await self.send(text_data=message["text"])
+
+    async def _reply(self, message: Reply) -> None:
+        await self.send(text_data=encode(message))
+
+
+@database_sync_to_async
+def _still_signed_in(scope: dict) -> bool:
+    """The session still exists, still names this user, and the user is still active."""
+    user, key = scope["user"], scope["session"].session_key
+    store = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    if str(store.load().get(SESSION_KEY)) != str(user.pk):
+        return False
+    return get_user_model()._default_manager.filter(pk=user.pk, is_active=True).exists()
