@@ -8,6 +8,8 @@ os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
 os.environ.setdefault("SESSION_COOKIE_SECURE", "false")
 os.environ.setdefault("CSRF_COOKIE_SECURE", "false")
 os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+# Pages and their static files (uPlot from node_modules) served without collectstatic.
+os.environ.setdefault("PITWALL_STATIC_FINDERS", "true")
 
 from controlplane.settings import *  # noqa: E402,F403
 

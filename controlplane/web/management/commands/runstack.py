@@ -24,6 +24,7 @@ class Command(BaseCommand):
 
     def handle(self, **opts) -> None:
         var = Path(settings.BASE_DIR) / "var"
+        var.mkdir(exist_ok=True)  # celery beat keeps its schedule here
         url = f"http://{opts['host']}:{opts['port']}"
         children = [
             Child("web", [python(), "-m", "uvicorn", "controlplane.asgi:application",

@@ -1,18 +1,7 @@
-"""Server-rendered pages. The live dashboard comes with the realtime issue; this is the map."""
-
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
-
-from controlplane.fleet.queries import hosts_with_state
-
-
-@login_required
-def fleet(request: HttpRequest) -> HttpResponse:
-    return render(request, "web/fleet.html", {"hosts": hosts_with_state()})
 
 
 def healthz(request: HttpRequest) -> HttpResponse:

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from controlplane.fleet.models import Engine, Gpu
+from controlplane.fleet.queries import is_online
+from controlplane.web.charts import engine_charts
+from controlplane.web.latest import latest
+from controlplane.web.views.common import page_context
+
+
+def config_rows(config: dict) -> list[tuple[str, object]]:
+    """The engine's config as sorted (name, value) rows; nested values shown as they are."""
+    return sorted(config.items()) if isinstance(config, dict) else []
+
+
+@login_required
+def engine(request: HttpRequest, engine_id: int) -> HttpResponse:
+    engine = get_object_or_404(Engine.objects.select_related("host"), pk=engine_id)
+    gpus = Gpu.objects.filter(uuid__in=engine.gpu_uuids or []).order_by("index")
+    context = page_context(
+        request, "engine", [f"engine:{engine.id}"], engine=engine, host=engine.host,
+        online=is_online(engine.last_seen), gpus=list(gpus),
+        values=latest("engine", [engine.id])[engine.id],
+        config=config_rows(engine.config), charts=engine_charts(engine))
+    return render(request, "web/engine.html", context)
