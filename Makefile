@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The dashboard's browser libraries (uPlot), installed from package-lock.json.
+NODE_STAMP := node_modules/.installed
 VAR := var
 
 # Local defaults: plain HTTP on loopback. Production sets these through the environment.
@@ -14,7 +16,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test bench bench-ingest bench-agent bench-replay bench-pk lint install preflight clean
+.PHONY: run test bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -25,12 +27,28 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[agent,server,dev]'
 	@touch $(STAMP)
 
-install: $(STAMP)
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "npm is needed to install the dashboard's JavaScript (uPlot): apt-get install nodejs npm"; exit 1; }
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $(NODE_STAMP)
+
+# Browser tests and the live-latency benchmark drive Debian's Chromium (never a download of
+# Playwright's own browsers).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
+	else echo "The browser tests need Chromium at $(CHROMIUM): sudo apt-get install chromium"; exit 1; fi
+
+install: $(STAMP) $(NODE_STAMP) $(CHROMIUM)
 
 $(VAR)/secret_key:
 	@mkdir -p $(VAR) && umask 077 && $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
 
-preflight: $(STAMP) $(VAR)/secret_key
+preflight: $(STAMP) $(NODE_STAMP) $(VAR)/secret_key
 	@SECRET_KEY_FILE=$(VAR)/secret_key $(PY) manage.py preflight
 
 run: preflight
@@ -40,10 +58,10 @@ run: preflight
 	$(PY) manage.py ensure_admin && \
 	exec $(PY) manage.py runstack
 
-test: preflight
+test: preflight $(CHROMIUM)
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest
 
-bench: bench-ingest bench-replay bench-pk bench-agent
+bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live
 
 bench-ingest: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
@@ -54,6 +72,12 @@ bench-agent: preflight
 bench-replay: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.replay
 
+bench-history: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.history
+
+bench-live: preflight $(CHROMIUM)
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.live_latency
+
 bench-pk: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.pk_order
 
@@ -61,4 +85,4 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) $(VAR) .pytest_cache
+	rm -rf $(VENV) $(VAR) .pytest_cache node_modules
