@@ -11,8 +11,6 @@ and the ``playwright`` package, whose own browser downloads are never used.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 import time
 import urllib.request
@@ -24,7 +22,7 @@ import orjson
 import pytest
 
 from controlplane.fleet.tokens import issue_agent_token
-from tests.live import ROOT, Process, free_port, server_env, wait_until
+from tests.live import ROOT, Process, RedisServer, free_port, server_env, wait_until
 from tests.telemetry import factories
 
 CHROMIUM = "/usr/bin/chromium"
@@ -38,42 +36,6 @@ def _orm_beside_playwright(monkeypatch):
     """Playwright's sync API keeps an event loop in this thread; the ORM calls the tests make
     between browser steps are plain synchronous ones. Only for these tests, never inherited."""
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-
-class RedisServer:
-    """A private redis-server on a free port that a test may stop and start again."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail("redis-server is missing: apt-get install redis-server")
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(self._answers, 20, lambda: f"redis-server on {self.port} did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-    def _answers(self) -> bool:
-        import redis
-
-        try:
-            return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
-        except redis.RedisError:
-            return False
 
 
 @dataclass
