@@ -9,6 +9,12 @@ so the ingest app is routed ahead of Django here and shares only the settings.
 from __future__ import annotations
 
 import os
+import warnings
+
+# WhiteNoise serves static files with a synchronous file iterator; under ASGI Django warns once
+# per process that it reads it in a thread. The files are small and cached by browsers.
+warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous",
+                        category=Warning, module="django.core.handlers.asgi")
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
