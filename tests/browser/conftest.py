@@ -27,7 +27,8 @@ from tests.telemetry import factories
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
-PASSWORD = "browser-test-password"  # a throwaway user in the throwaway test database
+PASSWORD = "browser-test-password"
+ONLINE_WINDOW_S = 5  # a throwaway user in the throwaway test database
 
 
 
@@ -102,7 +103,9 @@ def stack(empty_samples, tmp_path, django_user_model):
     redis_server = RedisServer(tmp_path)
     redis_server.start()
     port = free_port()
-    env = {**server_env(), "REDIS_URL": redis_server.url}
+    # A short online window, so that a host going silent turns offline within a test.
+    env = {**server_env(), "REDIS_URL": redis_server.url,
+           "PITWALL_ONLINE_WINDOW_S": str(ONLINE_WINDOW_S)}
     server = Process([sys.executable, "-m", "uvicorn",
                       "controlplane.asgi:application", "--host", "127.0.0.1", "--port",
                       str(port), "--log-level", "warning"], env=env, log=tmp_path / "server.log")

@@ -11,7 +11,7 @@ from django.db import connection
 from controlplane.fleet.models import Gpu, Host
 from controlplane.telemetry import partitions
 from controlplane.telemetry.schema import TABLES
-from tests.browser.conftest import settle, shot
+from tests.browser.conftest import ONLINE_WINDOW_S, settle, shot
 from tests.live import wait_until
 
 WEEK = 7 * 86400
@@ -39,6 +39,23 @@ def test_an_operator_sees_a_value_the_agent_pushed_without_reloading(page, stack
     assert row.get_attribute("data-state") == "online"
     assert page.evaluate("window.pitwallLiveLatencies.length") > 0
     shot(page, "fleet-after-push")
+
+
+def test_a_host_that_stops_reporting_turns_offline_without_a_reload(page, stack):
+    agent = stack.agent("browser-host-5")
+    agent.send(util_pct=30.0)
+    host = Host.objects.get(hostname="browser-host-5")
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    row = page.locator(f"#fleet-table tr[data-host-id='{host.id}']")
+    started = time.monotonic()
+    agent.send(util_pct=31.0)  # the last report
+    wait_until(lambda: row.get_attribute("data-state") == "offline", 60,
+               lambda: "the silent host still shows online")
+    # Offline only once the window has passed since that report, not before.
+    assert time.monotonic() - started >= ONLINE_WINDOW_S - 1
+    assert page.locator("#fleet-summary [data-count='online']").inner_text() == "0"
+    shot(page, "fleet-host-offline")
 
 
 def load_week_of_history(host: Host) -> None:
