@@ -1,4 +1,4 @@
-"""The Celery app: workers and beat run the periodic work (partitions, rollups; rules later)."""
+"""The Celery app: workers and beat run the periodic work (partitions, rollups, alert rules)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 app = Celery("pitwall")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Tasks of a subpackage are not found by the default discovery (one tasks module per app).
+app.autodiscover_tasks(["controlplane.alerts.delivery"])
 
 # settings.PITWALL["ROLLUP_INTERVAL_S"] reads the same variable; this module is imported before
 # Django's settings are configured, so it reads it itself.
 ROLLUP_INTERVAL_S = envint("PITWALL_ROLLUP_INTERVAL_S", 60, minimum=1)
+ALERT_EVAL_INTERVAL_S = envint("PITWALL_ALERT_EVAL_INTERVAL_S", 10, minimum=1)
 
 app.conf.beat_schedule = {
     "maintain-partitions": {
@@ -26,5 +29,22 @@ app.conf.beat_schedule = {
     "roll-up": {
         "task": "controlplane.telemetry.tasks.roll_up",
         "schedule": float(ROLLUP_INTERVAL_S),
+    },
+    "evaluate-alert-rules": {
+        "task": "controlplane.alerts.tasks.evaluate_rules",
+        "schedule": float(ALERT_EVAL_INTERVAL_S),
+        # A cycle that waited longer than one interval is stale: the next one supersedes it.
+        "options": {"expires": float(ALERT_EVAL_INTERVAL_S)},
+    },
+    # Notifications: group firing/resolved alerts per route, then deliver the due rows.
+    "dispatch-notifications": {
+        "task": "controlplane.alerts.delivery.tasks.dispatch_notifications",
+        "schedule": 5.0,
+        "options": {"expires": 5.0},
+    },
+    "deliver-due-notifications": {
+        "task": "controlplane.alerts.delivery.tasks.deliver_due",
+        "schedule": 5.0,
+        "options": {"expires": 5.0},
     },
 }

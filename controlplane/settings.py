@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "channels",
     "controlplane.fleet",
     "controlplane.telemetry",
+    "controlplane.alerts",
     "controlplane.api",
     "controlplane.realtime",
     "controlplane.web",
@@ -201,6 +202,15 @@ PITWALL = {
     # ingest process re-reads which groups browsers watch this often (docs/live.md).
     "LIVE_FLEET_INTERVAL_MS": envint("PITWALL_LIVE_FLEET_INTERVAL_MS", 1000, minimum=0),
     "LIVE_INTEREST_REFRESH_MS": envint("PITWALL_LIVE_INTEREST_REFRESH_MS", 1000, minimum=10),
+    # Alerts (docs/alerts.md): rules are evaluated every ALERT_EVAL_INTERVAL_S; the default
+    # pack's TTFT p99 rule fires above ALERT_TTFT_P99_OBJECTIVE_MS (read when the pack loads).
+    "ALERT_EVAL_INTERVAL_S": envint("PITWALL_ALERT_EVAL_INTERVAL_S", 10, minimum=1),
+    "ALERT_TTFT_P99_OBJECTIVE_MS": envint("PITWALL_ALERT_TTFT_P99_OBJECTIVE_MS", 2000, minimum=1),
+    # Webhooks to private, loopback and link-local addresses are refused unless this is on
+    # (docs/webhooks.md): a rule's receiver must not become a way into the internal network.
+    "ALERT_ALLOW_PRIVATE_WEBHOOKS": envbool("PITWALL_ALERT_ALLOW_PRIVATE_WEBHOOKS", False),
+    # Links in notifications point here (the address users reach Pitwall at).
+    "ALERT_EXTERNAL_URL": envstr("PITWALL_ALERT_EXTERNAL_URL", ""),
 }
 
 LOGGING = {

@@ -1,0 +1,172 @@
+"""Delivering Notification rows: claim, one attempt, record the outcome; channels; tests.
+
+The rows are the queue. ``claim`` moves a due row to "sending" with a conditional UPDATE, so
+two workers never send one row at once; the claim is a lease (``LEASE``): a worker that dies
+mid-attempt leaves the row claimable again once it runs out, and the receiver drops the
+repeat by the notification id.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from datetime import datetime, timedelta
+
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane.alerts.delivery.dispatch import external_url, setting
+from controlplane.alerts.delivery.grouping import alert_from_dict
+from controlplane.alerts.delivery.models import (
+    CLAIMABLE,
+    Channel,
+    DeliveryState,
+    Notification,
+)
+from controlplane.alerts.transports import Notification as Message
+from controlplane.alerts.transports import (
+    TransportError,
+    get_transport,
+    make_test_notification,
+)
+
+log = logging.getLogger(__name__)
+
+# Longer than any transport's timeout (10 s) with room for a slow SMTP conversation.
+LEASE = timedelta(minutes=2)
+RETRY_AFTER_CAP_S = 3600
+
+
+def backoff(attempts: int, retry_after: int | None = None) -> float:
+    """Seconds before the next attempt: 10 s, 20 s, 40 s … capped at 10 min, ±20 % jitter;
+    never sooner than the receiver's Retry-After (itself capped at an hour)."""
+    low = float(setting("ALERT_DELIVERY_BACKOFF_MIN_S", 10))
+    high = float(setting("ALERT_DELIVERY_BACKOFF_MAX_S", 600))
+    delay = min(high, low * 2 ** max(attempts - 1, 0)) * random.uniform(0.8, 1.2)
+    delay = min(high, delay)
+    if retry_after:
+        delay = max(delay, float(min(retry_after, RETRY_AFTER_CAP_S)))
+    return delay
+
+
+def claim(notification_id: int, now: datetime) -> bool:
+    return Notification.objects.filter(
+        id=notification_id, state__in=CLAIMABLE, next_attempt_at__lte=now,
+    ).update(state=DeliveryState.SENDING, attempts=F("attempts") + 1, last_attempt_at=now,
+             next_attempt_at=now + LEASE) == 1
+
+
+def due_ids(now: datetime, limit: int = 100) -> list[int]:
+    # Uses the partial index "notification_due".
+    return list(Notification.objects.filter(state__in=CLAIMABLE, next_attempt_at__lte=now)
+                .order_by("next_attempt_at").values_list("id", flat=True)[:limit])
+
+
+def deliver_due(now: datetime | None = None, limit: int = 100) -> list[Notification]:
+    """Attempt every due row (at most ``limit``); the rows this call attempted."""
+    now = now or timezone.now()
+    return [row for row_id in due_ids(now, limit) if (row := deliver(row_id, now))]
+
+
+def message_from_payload(payload: dict) -> Message:
+    return Message(
+        id=payload["id"], status=payload["status"], receiver=payload["receiver"],
+        group_key=payload["group_key"], group_labels=dict(payload["group_labels"]),
+        alerts=[alert_from_dict(a) for a in payload["alerts"]],
+        created_at=datetime.fromisoformat(payload["created_at"]),
+        external_url=payload.get("external_url", ""), test=payload.get("test", False),
+    )
+
+
+def deliver(notification_id: int, now: datetime | None = None) -> Notification | None:
+    """One attempt of one row if it is due; None when it is not (sent, or claimed elsewhere)."""
+    now = now or timezone.now()
+    if not claim(notification_id, now):
+        return None
+    row = Notification.objects.select_related("channel").get(id=notification_id)
+    channel = row.channel
+    if not channel.enabled and not row.test:
+        finish(row, now, state=DeliveryState.FAILED,
+               last_error=f"channel disabled: {channel.disabled_reason}"[:500])
+        return row
+    try:
+        result = get_transport(channel.kind).notify(channel.config,
+                                                     message_from_payload(row.payload))
+    except TransportError as exc:
+        failed(row, exc, now)
+    except Exception as exc:  # a bug must not leave the row claimed until the lease ends
+        log.exception("notification %s to channel %s: unexpected error", row.uuid, channel.id)
+        failed(row, TransportError(f"internal error: {type(exc).__name__}"), now)
+    else:
+        finish(row, now, state=DeliveryState.SENT, sent_at=now, detail=result.detail[:500],
+               last_error="")
+        record(channel, now, ok=True, detail=result.detail)
+    return row
+
+
+def failed(row: Notification, exc: TransportError, now: datetime) -> None:
+    reason = str(exc)[:500]
+    record(row.channel, now, ok=False, detail=reason)
+    if exc.permanent:
+        finish(row, now, state=DeliveryState.FAILED, last_error=reason)
+        if not row.test:  # a failed test shows its error; it does not switch the channel off
+            disable_channel(row.channel, reason, now)
+    elif now >= row.give_up_at:
+        tries = f"{row.attempts} attempt{'s' if row.attempts != 1 else ''}"
+        finish(row, now, state=DeliveryState.FAILED,
+               last_error=f"{reason} (gave up after {tries})"[:500])
+    else:
+        log.info("notification %s to channel %s: attempt %d failed, will retry: %s",
+                 row.uuid, row.channel_id, row.attempts, reason)
+        wait = timedelta(seconds=backoff(row.attempts, exc.retry_after))
+        finish(row, now, state=DeliveryState.RETRYING, last_error=reason,
+               next_attempt_at=now + wait)
+
+
+def finish(row: Notification, now: datetime, **fields) -> None:
+    # Only while still ours: a row whose lease ran out may have been claimed again.
+    Notification.objects.filter(id=row.id, state=DeliveryState.SENDING).update(**fields)
+    for name, value in fields.items():
+        setattr(row, name, value)
+
+
+def record(channel: Channel, now: datetime, *, ok: bool, detail: str) -> None:
+    Channel.objects.filter(id=channel.id).update(last_attempt_at=now, last_ok=ok,
+                                                 last_detail=detail[:500])
+
+
+def disable_channel(channel: Channel, reason: str, now: datetime | None = None) -> None:
+    """Switch a channel off with the reason shown; its queued notifications fail with it."""
+    now = now or timezone.now()
+    Channel.objects.filter(id=channel.id).update(enabled=False, disabled_reason=reason[:500],
+                                                 disabled_at=now)
+    channel.enabled, channel.disabled_reason, channel.disabled_at = False, reason[:500], now
+    log.warning("channel %s (%s) disabled: %s", channel.id, channel.name, reason)
+    Notification.objects.filter(
+        channel=channel, test=False,
+        state__in=[DeliveryState.PENDING, DeliveryState.RETRYING],
+    ).update(state=DeliveryState.FAILED, last_error=f"channel disabled: {reason}"[:500])
+
+
+def enable_channel(channel: Channel) -> None:
+    Channel.objects.filter(id=channel.id).update(enabled=True, disabled_reason="",
+                                                 disabled_at=None)
+    channel.enabled, channel.disabled_reason, channel.disabled_at = True, "", None
+
+
+def create_channel(*, name: str, kind: str, config: dict) -> Channel:
+    """A channel with its config validated by its transport (ValidationError otherwise)."""
+    channel = Channel(name=name, kind=kind, config=config)
+    channel.full_clean()  # ValidationError names "config" or "kind", never the secret
+    channel.save()
+    return channel
+
+
+def send_test(channel: Channel, now: datetime | None = None) -> Notification:
+    """"Send test notification": one attempt, recorded like any other; not retried."""
+    now = now or timezone.now()
+    message = make_test_notification(channel.name, external_url())
+    row = Notification.objects.create(
+        uuid=message.id, channel=channel, test=True, status=message.status,
+        created_at=now, next_attempt_at=now, give_up_at=now, payload=message.to_dict())
+    return deliver(row.id, now) or row

@@ -1,0 +1,163 @@
+"""Threshold rules as set-based SQL: one query per entity for every rule on it.
+
+All the rules on one entity share one scan of its raw table over the longest window among
+them; each distinct (metric, aggregation, mask, window) is one aggregate with a FILTER on its
+own window. The comparison happens in SQL too: a lateral VALUES list holds one row per rule,
+and only the (rule, target) pairs whose condition holds come back. Histogram quantiles sum the
+bucket counts per engine in SQL and interpolate per engine in Python
+(``histogram_quantile``), one query per (metric, window).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection
+
+from agents.protocol import Metric
+from controlplane.alerts.models import Aggregation, AlertRule, Op
+from controlplane.alerts.rules import rule_metric
+from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.schema import TABLES, column_for
+from controlplane.telemetry.series.histograms import histogram_quantile
+
+SQL_OP = {Op.GT: ">", Op.GE: ">=", Op.LT: "<", Op.LE: "<=", Op.EQ: "=", Op.NE: "<>"}
+PY_OP = {
+    Op.GT: lambda a, b: a > b, Op.GE: lambda a, b: a >= b, Op.LT: lambda a, b: a < b,
+    Op.LE: lambda a, b: a <= b, Op.EQ: lambda a, b: a == b, Op.NE: lambda a, b: a != b,
+}
+
+# Per entity: the grouping keys, and the target columns computed from them after grouping
+# (target, host_id, engine_id, gpu_id).
+_KEYS = {
+    "host": ("host_id", "'host:' || a.host_id, a.host_id, NULL::int, NULL::int", ""),
+    "gpu": ("gpu_id", "'gpu:' || a.gpu_id, g.host_id, NULL::int, a.gpu_id",
+            "JOIN fleet_gpu g ON g.id = a.gpu_id"),
+    "engine": ("engine_id", "'engine:' || a.engine_id, e.host_id, a.engine_id, NULL::int",
+               "JOIN fleet_engine e ON e.id = a.engine_id"),
+    "proc": ("host_id, pid", "'proc:' || a.host_id || ':' || a.pid, a.host_id, a.engine_id, "
+             "NULL::int", ""),
+}
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A target on which a rule's condition holds now, and the value it was judged on."""
+
+    target: str
+    host_id: int | None
+    engine_id: int | None
+    gpu_id: int | None
+    value: float | None
+
+
+Hits = dict[int, list[Hit]]  # rule id -> targets whose condition holds
+
+
+def fetch(sql: str, params: list) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def threshold_hits(rules: list[AlertRule], now: datetime) -> Hits:
+    by_entity: dict[str, list[tuple[AlertRule, Metric]]] = defaultdict(list)
+    quantiles: dict[tuple[str, int], list[AlertRule]] = defaultdict(list)
+    for rule in rules:
+        metric = rule_metric(rule)
+        if rule.aggregation == Aggregation.QUANTILE:
+            quantiles[(metric.name, rule.window_s)].append(rule)
+        else:
+            by_entity[metric.entity].append((rule, metric))
+    hits: Hits = defaultdict(list)
+    for entity, group in by_entity.items():
+        for rule_id, *row in fetch(*_entity_query(entity, group, now)):
+            hits[rule_id].append(Hit(*row))
+    for group in quantiles.values():
+        for rule_id, found in _quantile_hits(group, now).items():
+            hits[rule_id] += found
+    return hits
+
+
+def _aggregate(rule: AlertRule, metric: Metric, lo: datetime, params: list) -> str:
+    col = f"t.{column_for(metric).name}"
+    if rule.bitmask:
+        col = f"(({col} & {int(rule.bitmask)}) <> 0)::int"
+    agg = rule.aggregation
+    if agg in (Aggregation.AVG, Aggregation.MIN, Aggregation.MAX):
+        params.append(lo)
+        return f"({agg}({col}) FILTER (WHERE t.ts > %s))::float8"
+    present = f"t.ts > %s AND {col} IS NOT NULL"
+    # The newest (oldest) present value as max (min) of [epoch, value] arrays: arrays compare
+    # element by element, so this is a running max per group, with no sort per aggregate.
+    pair = f"ARRAY[extract(epoch FROM t.ts), ({col})::float8]"
+    newest = f"(max({pair}) FILTER (WHERE {present}))"
+    if agg == Aggregation.LAST:
+        params.append(lo)
+        return f"{newest}[2]"
+    oldest = f"(min({pair}) FILTER (WHERE {present}))"
+    params += [lo] * 4
+    return f"(({newest}[2] - {oldest}[2]) / NULLIF({newest}[1] - {oldest}[1], 0))"
+
+
+def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
+                  now: datetime) -> tuple[str, list]:
+    keys, target_cols, join = _KEYS[entity]
+    exprs: dict[str, str] = {}  # aggregate SQL (with its window) -> alias
+    agg_params: list = []
+    alias_of_rule: dict[int, str] = {}
+    for rule, metric in group:
+        params: list = []
+        lo = now - timedelta(seconds=rule.window_s)
+        sql = _aggregate(rule, metric, lo, params)
+        key = f"{sql} -- {rule.window_s}"
+        if key not in exprs:
+            exprs[key] = f"v{len(exprs)}"
+            agg_params += params
+        alias_of_rule[rule.id] = exprs[key]
+    select = ", ".join(f"{key.rsplit(' -- ', 1)[0]} AS {alias}" for key, alias in exprs.items())
+    extra = ", max(t.engine_id) AS engine_id" if entity == "proc" else ""
+    longest = max(rule.window_s for rule, _ in group)
+    values, value_params = [], []
+    for rule, _ in group:
+        alias = alias_of_rule[rule.id]
+        values.append(f"({int(rule.id)}, a.{alias}, a.{alias} {SQL_OP[rule.op]} %s::float8)")
+        value_params.append(rule.threshold)
+    sql = (
+        f"WITH a AS (SELECT {keys}{extra}, {select} FROM {TABLES[entity].name} t "
+        f"WHERE t.ts > %s AND t.ts <= %s GROUP BY {keys}) "
+        f"SELECT r.rule_id, {target_cols}, r.v FROM a {join} "
+        f"CROSS JOIN LATERAL (VALUES {', '.join(values)}) AS r(rule_id, v, ok) WHERE r.ok")
+    return sql, [*agg_params, now - timedelta(seconds=longest), now, *value_params]
+
+
+def _quantile_hits(group: list[AlertRule], now: datetime) -> Hits:
+    """Bucket counts summed per (engine, layout) over the window in SQL; the quantile of each
+    engine from the layout holding most observations (a layout change inside the window)."""
+    metric = rule_metric(group[0])
+    layout, counts = f"{metric.key}_layout", f"{metric.key}_counts"
+    rows = fetch(
+        f"SELECT s.engine_id, e.host_id, s.lay, array_agg(s.total ORDER BY s.i) "
+        f"FROM (SELECT t.engine_id, t.{layout} AS lay, u.i, sum(u.c)::int8 AS total "
+        f"      FROM {TABLES[metric.entity].name} t "
+        f"      CROSS JOIN LATERAL unnest(t.{counts}) WITH ORDINALITY AS u(c, i) "
+        f"      WHERE t.ts > %s AND t.ts <= %s AND t.{counts} IS NOT NULL "
+        f"      GROUP BY 1, 2, 3) s "
+        f"JOIN fleet_engine e ON e.id = s.engine_id GROUP BY 1, 2, 3",
+        [now - timedelta(seconds=group[0].window_s), now])
+    best: dict[int, tuple[int, int, list[int]]] = {}
+    for engine_id, host_id, lay, totals in rows:
+        counts_ = [int(c or 0) for c in totals]
+        if engine_id not in best or sum(counts_) > sum(best[engine_id][2]):
+            best[engine_id] = (host_id, lay, counts_)
+    bounds = dict(HistogramLayout.objects.filter(id__in={b[1] for b in best.values()})
+                  .values_list("id", "bounds"))
+    hits: Hits = defaultdict(list)
+    for engine_id, (host_id, lay, counts_) in best.items():
+        for rule in group:
+            value = histogram_quantile(rule.quantile or 0.0, bounds.get(lay, []), counts_)
+            if value is not None and PY_OP[rule.op](value, rule.threshold):
+                hits[rule.id].append(Hit(f"engine:{engine_id}", host_id, engine_id, None, value))
+    return hits

@@ -1,0 +1,114 @@
+"""Silences and acknowledgements: what keeps an alert quiet, and who decided it."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from controlplane.alerts.models import Alert, AlertEvent, AlertState, Silence
+
+LABELS = ("alertname", "severity", "host", "engine", "gpu")
+OPS = ("=", "!=", "=~", "!~")
+
+
+def validate_matchers(matchers: object) -> list[dict[str, str]]:
+    if not isinstance(matchers, list) or not matchers:
+        raise ValidationError({"matchers": "matchers must be a non-empty list"})
+    for i, m in enumerate(matchers):
+        where = f"matchers[{i}]"
+        if not isinstance(m, dict) or set(m) - {"label", "op", "value"} or "label" not in m \
+                or "value" not in m:
+            raise ValidationError({"matchers": f"{where} must be {{label, op, value}}"})
+        if m["label"] not in LABELS:
+            raise ValidationError({"matchers": f"{where}.label {m['label']!r} is not one of "
+                                               f"{', '.join(LABELS)}"})
+        if m.setdefault("op", "=") not in OPS:
+            raise ValidationError({"matchers": f"{where}.op must be one of {', '.join(OPS)}"})
+        if m["op"] in ("=~", "!~"):
+            try:
+                re.compile(str(m["value"]))
+            except re.error as exc:
+                raise ValidationError({"matchers": f"{where}.value is not a regex: {exc}"}) \
+                    from None
+    return matchers
+
+
+def create_silence(*, matchers: list[dict[str, str]], starts_at: datetime, ends_at: datetime,
+                   author: str, comment: str, created_by=None) -> Silence:
+    errors = {}
+    if ends_at <= starts_at:
+        errors["ends_at"] = "ends_at must be after starts_at"
+    if not author.strip():
+        errors["author"] = "author is required"
+    if not comment.strip():
+        errors["comment"] = "say why: comment is required"
+    if errors:
+        raise ValidationError(errors)
+    return Silence.objects.create(matchers=validate_matchers(matchers), starts_at=starts_at,
+                                  ends_at=ends_at, author=author, comment=comment,
+                                  created_by=created_by)
+
+
+def expire_silence(silence: Silence, now: datetime | None = None) -> None:
+    now = now or timezone.now()
+    if silence.ends_at > now:
+        silence.ends_at = max(now, silence.starts_at)
+        silence.save(update_fields=["ends_at"])
+
+
+def active_silences(now: datetime | None = None) -> QuerySet[Silence]:
+    now = now or timezone.now()
+    return Silence.objects.filter(starts_at__lte=now, ends_at__gt=now)
+
+
+def matches(matchers: list[dict[str, str]], labels: dict[str, str]) -> bool:
+    for m in matchers:
+        have, want, op = str(labels.get(m["label"], "")), str(m["value"]), m.get("op", "=")
+        hit = re.fullmatch(want, have) is not None if op in ("=~", "!~") else have == want
+        if hit == (op in ("!=", "!~")):
+            return False
+    return True
+
+
+def silenced_by(alert: Alert, now: datetime | None = None,
+                silences: list[Silence] | None = None) -> Silence | None:
+    """The first active silence matching the alert; pass ``silences`` to check many alerts
+    against one read of the active ones."""
+    pool = active_silences(now) if silences is None else silences
+    return next((s for s in pool if matches(s.matchers, alert.labels)), None)
+
+
+def is_silenced(alert: Alert, now: datetime | None = None,
+                silences: list[Silence] | None = None) -> bool:
+    return silenced_by(alert, now, silences) is not None
+
+
+def acknowledge(alert: Alert, by: str, comment: str = "",
+                now: datetime | None = None) -> bool:
+    """Ack a firing alert: no repeats until it resolves (the resolve clears the ack).
+    False when the alert is not firing (anymore)."""
+    now = now or timezone.now()
+    done = Alert.objects.filter(id=alert.id, state=AlertState.FIRING).update(
+        acknowledged_at=now, acknowledged_by=by, ack_comment=comment) == 1
+    if done:
+        alert.acknowledged_at, alert.acknowledged_by, alert.ack_comment = now, by, comment
+        AlertEvent.objects.create(alert=alert, at=now, from_state=AlertState.FIRING,
+                                  to_state=AlertState.FIRING, value=alert.value,
+                                  note=f"acknowledged by {by}: {comment}"[:500])
+    return done
+
+
+def unacknowledge(alert: Alert) -> None:
+    Alert.objects.filter(id=alert.id).update(acknowledged_at=None, acknowledged_by="",
+                                             ack_comment="")
+    alert.acknowledged_at, alert.acknowledged_by, alert.ack_comment = None, "", ""
+
+
+def should_notify_repeat(alert: Alert, now: datetime | None = None) -> bool:
+    """A firing alert repeats unless acknowledged or silenced (for the notifier to come)."""
+    return alert.state == AlertState.FIRING and not alert.acknowledged \
+        and not is_silenced(alert, now)

@@ -1,0 +1,176 @@
+"""Every rule of the default pack fires on its synthetic scenario and stays quiet on a healthy
+vLLM host (which holds 90 % of each GPU's memory, as gpu_memory_utilization=0.9 reserves)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from controlplane.alerts.evaluate import evaluate
+from controlplane.alerts.models import Alert, AlertRule
+from controlplane.alerts.pack import load_default_pack, pack
+from tests.alerts.conftest import GIB, GPU_TOTAL, T0, Node, make_node, samples, ttft_layout
+
+S = timedelta(seconds=1)
+START, END = T0 - 11 * 60 * S, T0 + 20 * 60 * S
+ONSET = T0  # every scenario's trouble starts here
+
+
+def healthy(node: Node) -> dict[str, dict]:
+    return {
+        "host": {"cpu_pct": 35.0, "cpu_throttled_pct": 0.0},
+        # vLLM's 90 % share plus half a GiB of CUDA context outside its budget
+        "gpu": {"mem_used_bytes": int(0.9 * GPU_TOTAL) + GIB // 2, "mem_total_bytes": GPU_TOTAL,
+                "util_pct": 96.0, "temp_c": 71.0, "throttle_reasons": 0x1,
+                "ecc_dbe_total": 0},
+        "engine": {"up": 1, "kv_cache_usage": 0.7, "requests_waiting": 0.0,
+                   "requests_running": 24.0, "preemptions_per_s": 0.0,
+                   "ttft_seconds_layout": ttft_layout(),
+                   # bounds 0.1 0.5 1 2.5 5 10: all under 1 s
+                   "ttft_seconds_counts": [5, 30, 10, 0, 0, 0, 0]},
+        "proc": {"engine_id": node.engine.id, "cpu_pct": 60.0},
+    }
+
+
+def write(node: Node, trouble: dict[str, dict] | None = None, silent: str | None = None,
+          gpus: tuple[int, ...] = (0,)) -> None:
+    """Healthy rows from START to END; from ONSET, ``trouble`` overrides values (a callable
+    takes ts) on the entity, or ``silent`` entity sends nothing."""
+    base, trouble = healthy(node), trouble or {}
+
+    def values(entity: str):
+        def at(ts: datetime):
+            if ts > ONSET and entity == silent:
+                return None
+            row = dict(base[entity])
+            if ts > ONSET and (entity != "gpu" or at.gpu_index in gpus):
+                row.update({k: v(ts) if callable(v) else v
+                            for k, v in trouble.get(entity, {}).items()})
+            return row
+        return at
+
+    samples("host", {"host_id": node.host.id}, values("host"), START, END)
+    samples("engine", {"engine_id": node.engine.id}, values("engine"), START, END)
+    samples("proc", {"host_id": node.host.id, "pid": 4242}, values("proc"), START, END)
+    for gpu in node.gpus:
+        fn = values("gpu")
+        fn.gpu_index = gpu.index
+        samples("gpu", {"gpu_id": gpu.id}, fn, START, END)
+
+
+def first_firing(pack_keys: list[str], until_s: int = 1200) -> dict[str, float]:
+    """Evaluate the pack rules every 30 s from ONSET; seconds after ONSET each first fired."""
+    rules = {r.id: r.pack_key for r in AlertRule.objects.filter(pack_key__in=pack_keys)}
+    fired: dict[str, float] = {}
+    for t in range(0, until_s + 1, 30):
+        evaluate(ONSET + t * S, rule_ids=list(rules))
+        for alert in Alert.objects.filter(rule_id__in=rules, state="firing"):
+            fired.setdefault(rules[alert.rule_id], t)
+    return fired
+
+
+@pytest.fixture
+def vllm_node(empty_samples) -> Node:
+    # The host keeps reporting throughout (its last_seen is refreshed by ingest).
+    return make_node("vllm-1", last_seen=END)
+
+
+ALL = [spec["pack_key"] for spec in pack()]
+
+SCENARIOS = {
+    "engine-down": dict(trouble={"engine": {"up": 0}}),
+    "kv-cache-full": dict(trouble={"engine": {"kv_cache_usage": 0.97, "requests_waiting": 6.0}}),
+    "preemptions": dict(trouble={"engine": {"preemptions_per_s": 0.5}}),
+    "waiting-queue": dict(trouble={"engine": {"requests_waiting": 3.0}}),
+    "ttft-p99": dict(trouble={"engine": {"ttft_seconds_counts": [0, 10, 20, 10, 5, 5, 0]}}),
+    "memory-beyond-share": dict(trouble={"gpu": {
+        "mem_used_bytes": int(0.9 * GPU_TOTAL) + 10 * GIB}}),
+    "gpu-thermal-throttle": dict(trouble={"gpu": {"throttle_reasons": 0x40}}),
+    "gpu-power-cap": dict(trouble={"gpu": {"throttle_reasons": 0x4}}),
+    "gpu-ecc": dict(trouble={"gpu": {"ecc_dbe_total": 2}}),
+    "gpu-xid": dict(trouble={"gpu": {"xid_last": lambda ts: 79 if ts == ONSET + 5 * S else None}}),
+    "host-cpu": dict(trouble={"host": {"cpu_pct": 88.0}}),
+    "cgroup-throttle": dict(trouble={"host": {"cpu_throttled_pct": 35.0}}),
+    "cpu-bound-engine": dict(trouble={"proc": {"cpu_pct": 99.5}, "gpu": {"util_pct": 55.0}},
+                             gpus=(0, 1)),
+}
+
+# A full KV cache with a queue that never drains is also a sustained waiting queue.
+ALSO = {"kv-cache-full": {"waiting-queue"}}
+
+
+def test_the_pack_is_loaded_enabled_by_migrate(db):
+    rules = AlertRule.objects.filter(pack_key__in=ALL)
+    assert sorted(rules.values_list("pack_key", flat=True)) == sorted(ALL)
+    assert all(rules.values_list("enabled", flat=True))
+
+
+def test_loading_the_pack_again_keeps_an_operators_edits(db):
+    AlertRule.objects.filter(pack_key="host-cpu").update(threshold=90, enabled=False)
+    assert load_default_pack() == []
+    assert AlertRule.objects.get(pack_key="host-cpu").threshold == 90
+    assert "Host CPU above 75% for 10 minutes" in load_default_pack(refresh=True)
+    assert AlertRule.objects.get(pack_key="host-cpu").threshold == 75
+
+
+def test_a_healthy_vllm_host_holding_90_percent_of_gpu_memory_fires_nothing(vllm_node):
+    write(vllm_node)
+    assert first_firing(ALL) == {}
+
+
+@pytest.mark.parametrize("pack_key", sorted(SCENARIOS))
+def test_each_pack_rule_fires_on_its_scenario_and_only_it(vllm_node, pack_key):
+    write(vllm_node, **SCENARIOS[pack_key])
+    rule = AlertRule.objects.get(pack_key=pack_key)
+    fired = first_firing(ALL)
+    assert pack_key in fired
+    # not before its `for` has passed (rules with for 0 fire on the first cycle that sees it)
+    assert fired[pack_key] >= rule.for_s
+    # everything else stays quiet, but for what the same trouble rightly shows too
+    assert set(fired) - ALSO.get(pack_key, set()) == {pack_key}
+
+
+def test_the_agent_offline_rule_fires_when_the_host_stops_reporting(empty_samples):
+    node = make_node("gone-1", last_seen=T0 - 90 * S)
+    make_node("here-1", last_seen=T0)
+    evaluate(T0, rule_ids=[AlertRule.objects.get(pack_key="agent-offline").id])
+    fired = [a.labels["host"] for a in Alert.objects.filter(state="firing")]
+    assert fired == [node.host.hostname]
+
+
+def test_an_engine_that_goes_silent_while_its_host_reports_is_down(vllm_node):
+    write(vllm_node, silent="engine")
+    assert set(first_firing(ALL, until_s=300)) == {"engine-down"}
+
+
+def test_an_engine_on_a_silent_host_is_left_to_the_agent_offline_rule(empty_samples):
+    node = make_node("gone-1", last_seen=ONSET)
+    write(node, silent="engine")
+    assert set(first_firing(["engine-down"], until_s=300)) == set()
+
+
+def test_a_full_kv_cache_with_no_queue_is_healthy(vllm_node):
+    write(vllm_node, trouble={"engine": {"kv_cache_usage": 0.99}})
+    assert first_firing(["kv-cache-full"]) == {}
+
+
+def test_a_pinned_process_whose_gpus_are_busy_is_not_cpu_bound(vllm_node):
+    write(vllm_node, trouble={"proc": {"cpu_pct": 100.0}})
+    assert first_firing(["cpu-bound-engine"]) == {}
+
+
+def test_memory_beyond_share_uses_vllms_default_share_when_the_config_does_not_say(
+        empty_samples):
+    node = make_node("vllm-2", utilization="", last_seen=END)
+    write(node)
+    assert first_firing(["memory-beyond-share"]) == {}
+
+
+def test_memory_beyond_share_follows_the_engines_configured_share(empty_samples):
+    # An engine started with 0.5 leaves half the GPU: 90 % used means something else is there.
+    node = make_node("vllm-3", utilization="0.5", last_seen=END)
+    write(node)
+    fired = first_firing(["memory-beyond-share"])
+    assert "memory-beyond-share" in fired
+    assert Alert.objects.filter(state="firing").count() == 2  # both GPUs
