@@ -58,10 +58,12 @@ class Process:
         return self.log.read_text(errors="replace") if self.log else ""
 
 
-def start_server(port: int, log: Path) -> Process:
+def start_server(port: int, log: Path, env: dict[str, str] | None = None) -> Process:
+    """uvicorn with the production ASGI app on the test database (``env``: server_env() or
+    a variant of it), once it answers /healthz."""
     server = Process([sys.executable, "-m", "uvicorn", "controlplane.asgi:application",
                       "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-                     env=server_env(), log=log)
+                     env=env or server_env(), log=log)
     wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), 60,
                lambda: f"server did not start:\n{server.output()}")
     return server

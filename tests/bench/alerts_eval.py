@@ -176,17 +176,7 @@ def measure(end: datetime, cycles: int) -> list[dict]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    others = harness.bench_running_elsewhere()
-    if others:
-        print("other benchmarks are running; their load would skew this one:", *others,
-              sep="\n  ")
-    env = harness.bench_env()
-    if not args.reuse:
-        harness.fresh_database(env)
-    harness.use_bench_database(env)
-    import django
-
-    django.setup()
+    harness.open_bench_database(reuse=args.reuse)
     from controlplane.alerts.models import Alert, AlertRule
 
     state_file = args.out.with_suffix(".state.json")

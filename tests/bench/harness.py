@@ -129,6 +129,23 @@ def use_bench_database(env: dict) -> None:
                                             "SECRET_KEY", "SECURE_SSL_REDIRECT")})
 
 
+def open_bench_database(reuse: bool = False) -> dict[str, str]:
+    """Warn about other benchmarks running, recreate the bench database (unless ``reuse``),
+    point this process's Django at it and set Django up; returns the server environment."""
+    others = bench_running_elsewhere()
+    if others:
+        print("other benchmarks are running; their load would skew this one:", *others,
+              sep="\n  ")
+    env = bench_env()
+    if not reuse:
+        fresh_database(env)
+    use_bench_database(env)
+    import django
+
+    django.setup()
+    return env
+
+
 def create_agent_token(hostname: str) -> str:
     """A host row and an agent token for it, through the ORM; returns the token."""
     import django

@@ -264,17 +264,7 @@ def storage() -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    others = harness.bench_running_elsewhere()
-    if others:
-        print("other benchmarks are running; their load would skew this one:", *others,
-              sep="\n  ")
-    env = harness.bench_env()
-    if not args.reuse:
-        harness.fresh_database(env)
-    harness.use_bench_database(env)
-    import django
-
-    django.setup()
+    env = harness.open_bench_database(reuse=args.reuse)
     from django.contrib.auth import get_user_model
     from django.db import connection
 

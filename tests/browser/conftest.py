@@ -11,7 +11,6 @@ and the ``playwright`` package, whose own browser downloads are never used.
 
 from __future__ import annotations
 
-import sys
 import time
 import urllib.request
 import uuid
@@ -22,7 +21,7 @@ import orjson
 import pytest
 
 from controlplane.fleet.tokens import issue_agent_token
-from tests.live import ROOT, Process, RedisServer, free_port, server_env, wait_until
+from tests.live import ROOT, Process, RedisServer, free_port, server_env, start_server
 from tests.telemetry import factories
 
 CHROMIUM = "/usr/bin/chromium"
@@ -106,23 +105,11 @@ def stack(empty_samples, tmp_path, django_user_model):
     # A short online window, so that a host going silent turns offline within a test.
     env = {**server_env(), "REDIS_URL": redis_server.url,
            "PITWALL_ONLINE_WINDOW_S": str(ONLINE_WINDOW_S)}
-    server = Process([sys.executable, "-m", "uvicorn",
-                      "controlplane.asgi:application", "--host", "127.0.0.1", "--port",
-                      str(port), "--log-level", "warning"], env=env, log=tmp_path / "server.log")
+    server = start_server(port, tmp_path / "server.log", env)
     base = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _answers(f"{base}/healthz"), 60,
-               lambda: f"server did not start:\n{server.output()}")
     yield Stack(base, server, redis_server)
     server.stop()
     redis_server.stop()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 @pytest.fixture
