@@ -1,12 +1,16 @@
-"""FilterSets of the fleet lists. A filter value that does not parse is a 400, never ignored."""
+"""FilterSets of the fleet and alerting lists. A bad value is a 400, never ignored."""
 
 from __future__ import annotations
 
 import django_filters
 from django import forms
+from django.db.models import Q
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
+from controlplane.alerts.delivery.models import DeliveryState, Notification
+from controlplane.alerts.models import Alert, AlertState, Severity, Silence
 from controlplane.fleet.models import Engine, Gpu, Host
 
 _BOOLEANS = {"true": True, "false": False, "1": True, "0": False}
@@ -70,3 +74,54 @@ class EngineFilter(django_filters.FilterSet):
     class Meta:
         model = Engine
         fields = ["host", "hostname", "name", "model", "present", "online"]
+
+
+class CommaSelectMultiple(forms.SelectMultiple):
+    """``?state=firing&state=pending`` and ``?state=firing,pending`` read the same."""
+
+    def value_from_datadict(self, data, files, name):
+        values = super().value_from_datadict(data, files, name) or []
+        return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+class AlertFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(
+        choices=AlertState.choices, widget=CommaSelectMultiple,
+        help_text="Repeat it, or a comma list: firing,pending")
+    severity = django_filters.MultipleChoiceFilter(
+        field_name="rule__severity", choices=Severity.choices, widget=CommaSelectMultiple,
+        help_text="The rule's severity; repeat it, or a comma list")
+    rule = IdFilter(field_name="rule_id", help_text="Alert rule id")
+    host = IdFilter(field_name="host_id", help_text="Host id")
+    acknowledged = StrictBooleanFilter(field_name="acknowledged_at", lookup_expr="isnull",
+                                       exclude=True, help_text="Acknowledged (firing only)")
+
+    class Meta:
+        model = Alert
+        fields = ["state", "severity", "rule", "host", "acknowledged"]
+
+
+class SilenceFilter(django_filters.FilterSet):
+    active = StrictBooleanFilter(method="filter_active",
+                                 help_text="Started and not yet ended (now)")
+
+    class Meta:
+        model = Silence
+        fields = ["active"]
+
+    def filter_active(self, queryset, name, value):
+        now = timezone.now()
+        current = Q(starts_at__lte=now, ends_at__gt=now)
+        return queryset.filter(current) if value else queryset.exclude(current)
+
+
+class NotificationFilter(django_filters.FilterSet):
+    channel = IdFilter(field_name="channel_id", help_text="Channel id")
+    state = django_filters.MultipleChoiceFilter(
+        choices=DeliveryState.choices, widget=CommaSelectMultiple,
+        help_text="Repeat it, or a comma list: retrying,failed")
+    test = StrictBooleanFilter(help_text="Sent by \"send test notification\"")
+
+    class Meta:
+        model = Notification
+        fields = ["channel", "state", "test"]

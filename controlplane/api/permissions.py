@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rest_framework.permissions import BasePermission
+from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 
 class CanReadFleet(BasePermission):
@@ -16,3 +16,18 @@ class CanReadFleet(BasePermission):
     def has_permission(self, request, view) -> bool:
         user = request.user
         return bool(user and user.is_authenticated and user.is_active)
+
+
+class CanManageAlerting(CanReadFleet):
+    """Every active user reads rules and channels; only staff change them.
+
+    A rule decides who is paged and a channel holds webhook secrets: changing either is an
+    operator's decision, while acks and silences stay open to everyone on call.
+    """
+
+    message = "only staff users may change alert rules and channels"
+
+    def has_permission(self, request, view) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        return request.method in SAFE_METHODS or bool(request.user.is_staff)

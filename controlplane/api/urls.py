@@ -2,6 +2,8 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from controlplane.api.views.alerts import AlertRuleViewSet, AlertViewSet, SilenceViewSet
+from controlplane.api.views.channels import ChannelViewSet, NotificationViewSet
 from controlplane.api.views.engines import EngineViewSet
 from controlplane.api.views.gpus import GpuViewSet
 from controlplane.api.views.hosts import HostViewSet
@@ -12,6 +14,11 @@ router.include_format_suffixes = False  # /hosts/1.json adds nothing to ?format=
 router.register("hosts", HostViewSet, basename="host")
 router.register("gpus", GpuViewSet, basename="gpu")
 router.register("engines", EngineViewSet, basename="engine")
+router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
+router.register("alerts", AlertViewSet, basename="alert")
+router.register("silences", SilenceViewSet, basename="silence")
+router.register("channels", ChannelViewSet, basename="channel")
+router.register("notifications", NotificationViewSet, basename="notification")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -10,6 +10,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from controlplane.fleet.models import Engine, Gpu, Host
+from tests.alerts.transports.conftest import allow_private, receiver  # noqa: F401 -- fixtures
+from tests.api.alerting import carol, staff  # noqa: F401 -- fixtures of the alerting tests
 
 
 @dataclass

@@ -12,6 +12,18 @@ def test_the_schema_validates_without_a_single_warning(tmp_path):
     text = out.read_text()
     for path in ("/api/v1/hosts/{id}/", "/api/v1/gpus/", "/api/v1/engines/", "/api/v1/series/"):
         assert f"  {path}:" in text
+    for path in ALERTING_PATHS:
+        assert f"  {path}:" in text
+
+
+ALERTING_PATHS = (
+    "/api/v1/alert-rules/", "/api/v1/alert-rules/{id}/", "/api/v1/alert-rules/preview/",
+    "/api/v1/alerts/", "/api/v1/alerts/{id}/", "/api/v1/alerts/{id}/ack/",
+    "/api/v1/alerts/{id}/unack/", "/api/v1/silences/", "/api/v1/silences/{id}/",
+    "/api/v1/silences/{id}/expire/", "/api/v1/channels/", "/api/v1/channels/{id}/",
+    "/api/v1/channels/{id}/test/", "/api/v1/channels/{id}/enable/",
+    "/api/v1/channels/{id}/disable/", "/api/v1/notifications/", "/api/v1/notifications/{id}/",
+)
 
 
 def test_the_schema_and_docs_routes_answer(api):

@@ -1,0 +1,95 @@
+"""/api/v1/silences/: any active user creates and expires silences; matchers validated."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from controlplane.alerts.models import Silence
+
+URL = "/api/v1/silences/"
+
+
+def later(hours: float = 1) -> str:
+    return (timezone.now() + timedelta(hours=hours)).isoformat()
+
+
+def body(**change) -> dict:
+    return {"matchers": [{"label": "host", "op": "=~", "value": "gpu-node-.*"}],
+            "ends_at": later(), "comment": "driver upgrade", **change}
+
+
+def test_it_refuses_anonymous_clients_and_agent_tokens(db, anonymous, agent_client):
+    for client in (anonymous, agent_client):
+        assert client.get(URL).status_code == 401
+        assert client.post(URL, body(), format="json").status_code == 401
+    assert not Silence.objects.exists()
+
+
+def test_a_user_who_is_not_staff_creates_a_silence_authored_by_them(api, alice):
+    response = api.post(URL, body(), format="json")
+    assert response.status_code == 201, response.json()
+    created = response.json()
+    assert (created["author"], created["created_by"], created["state"]) == (
+        "alice", "alice", "active")
+    silence = Silence.objects.get(id=created["id"])
+    assert silence.created_by == alice and silence.starts_at <= timezone.now()
+    assert silence.matchers == [{"label": "host", "op": "=~", "value": "gpu-node-.*"}]
+
+
+def test_the_author_may_be_given_and_the_op_defaults_to_equals(api):
+    response = api.post(URL, body(author="night shift",
+                                  matchers=[{"label": "alertname", "value": "GPU hot"}]),
+                        format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["author"] == "night shift"
+    assert response.json()["matchers"] == [{"label": "alertname", "value": "GPU hot", "op": "="}]
+
+
+def test_a_silence_may_start_later(api):
+    response = api.post(URL, body(starts_at=later(1), ends_at=later(2)), format="json")
+    assert response.status_code == 201 and response.json()["state"] == "pending"
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"matchers": []}, "matchers"),
+    ({"matchers": [{"label": "datacenter", "value": "x"}]}, "matchers"),
+    ({"matchers": [{"label": "host", "op": "=~", "value": "gpu-(["}]}, "matchers"),
+    ({"matchers": [{"label": "host", "op": "~", "value": "x"}]}, "matchers"),
+    ({"matchers": "host=gpu-node-1"}, "matchers"),
+    ({"ends_at": (timezone.now() - timedelta(hours=1)).isoformat()}, "ends_at"),
+    ({"ends_at": "tomorrow"}, "ends_at"),
+    ({"comment": ""}, "comment"),
+    ({"comment": "   "}, "comment"),
+])
+def test_a_bad_silence_is_a_400_naming_the_field_and_nothing_is_stored(api, change, field):
+    response = api.post(URL, body(**change), format="json")
+    assert response.status_code == 400
+    assert field in response.json(), response.json()
+    assert not Silence.objects.exists()
+
+
+def test_expiring_a_silence_ends_it_now_and_the_active_filter_follows(api, bob_session):
+    silence_id = api.post(URL, body(), format="json").json()["id"]
+    assert [s["id"] for s in api.get(URL, {"active": "true"}).json()["results"]] == [silence_id]
+
+    response = bob_session.post(f"{URL}{silence_id}/expire/")
+    assert response.status_code == 200 and response.json()["state"] == "expired"
+    assert Silence.objects.get(id=silence_id).ends_at <= timezone.now()
+    assert api.get(URL, {"active": "true"}).json()["results"] == []
+    assert [s["id"] for s in api.get(URL, {"active": "false"}).json()["results"]] == [silence_id]
+    assert api.get(f"{URL}{silence_id}/").json()["state"] == "expired"
+
+
+def test_a_bad_active_filter_is_a_400(api):
+    response = api.get(URL, {"active": "maybe"})
+    assert response.status_code == 400 and "active" in response.json()
+
+
+def test_a_silence_is_not_edited_in_place(api):
+    silence_id = api.post(URL, body(), format="json").json()["id"]
+    assert api.put(f"{URL}{silence_id}/", body(), format="json").status_code == 405
+    assert api.patch(f"{URL}{silence_id}/", {"comment": "x"}, format="json").status_code == 405
+    assert api.delete(f"{URL}{silence_id}/").status_code == 405
