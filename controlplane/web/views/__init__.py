@@ -1,9 +1,22 @@
 """Server-rendered pages, one module per page; the browser draws the charts (static/web/)."""
 
+from controlplane.web.views.alert_rules import (
+    alert_rule,
+    alert_rule_delete,
+    alert_rule_new,
+    alert_rules,
+)
+from controlplane.web.views.alerts import alert, alert_ack, alerts
+from controlplane.web.views.channels import channel_enable, channel_test, channels
 from controlplane.web.views.engine import engine
 from controlplane.web.views.fleet import fleet
 from controlplane.web.views.gpu import gpu
 from controlplane.web.views.health import healthz
 from controlplane.web.views.host import host
+from controlplane.web.views.silences import silence_expire, silences
 
-__all__ = ["engine", "fleet", "gpu", "healthz", "host"]
+__all__ = [
+    "alert", "alert_ack", "alert_rule", "alert_rule_delete", "alert_rule_new", "alert_rules",
+    "alerts", "channel_enable", "channel_test", "channels", "engine", "fleet", "gpu", "healthz",
+    "host", "silence_expire", "silences",
+]

@@ -1,0 +1,387 @@
+"""The alert pages: alerts, one alert, rules and their editor, silences, channels.
+
+``signed_in`` is an operator (not staff): may read everything, acknowledge and silence, but
+gets 403 for any change to rules or channels; ``lead`` is staff."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import timedelta
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils import timezone
+
+from controlplane.alerts.delivery import service
+from controlplane.alerts.delivery.models import Channel, DeliveryState, Notification
+from controlplane.alerts.models import Alert, AlertEvent, AlertRule, AlertState, Silence
+from controlplane.alerts.silences import create_silence
+from tests.alerts.conftest import samples
+from tests.alerts.transports.conftest import allow_private, receiver  # noqa: F401 -- fixtures
+from tests.web.helpers import assert_sends_to_login
+
+SECRET = "whsec-page-7c1e44"
+URL_TOKEN = "T0KEN-b9d2f0"
+
+
+@pytest.fixture
+def lead(db) -> Client:
+    user = get_user_model().objects.create_user("lead", password="x", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def hot_rule(db) -> AlertRule:
+    made = AlertRule(name="GPU too hot", metric="gpu.temp_c", aggregation="max", window_s=60,
+                     op=">", threshold=85, severity="critical",
+                     summary="{host} GPU {gpu_index}: {value:.0f} °C")
+    made.full_clean()
+    made.save()
+    return made
+
+
+def make_alert(rule: AlertRule, fleet, state: str = AlertState.FIRING,
+               active_since=None, **fields) -> Alert:
+    now = timezone.now()
+    since = active_since or now - timedelta(minutes=10)
+    gpu = fleet.gpu0
+    labels = {"alertname": rule.name, "severity": rule.severity, "host": fleet.host.hostname,
+              "gpu": gpu.uuid}
+    return Alert.objects.create(
+        rule=rule, target=f"gpu:{gpu.id}", host_id=fleet.host.id, gpu_id=gpu.id, labels=labels,
+        fingerprint=hashlib.sha256(repr(sorted(labels.items())).encode()).hexdigest()[:32],
+        state=state, value=91.0, summary=f"{fleet.host.hostname} GPU 0: 91 °C",
+        active_since=since, started_at=since if state == AlertState.FIRING else None, **fields)
+
+
+@pytest.fixture
+def firing(hot_rule, fleet) -> Alert:
+    alert = make_alert(hot_rule, fleet)
+    AlertEvent.objects.create(alert=alert, at=alert.active_since, from_state="inactive",
+                              to_state="pending", value=88.0)
+    AlertEvent.objects.create(alert=alert, at=alert.started_at + timedelta(seconds=1),
+                              from_state="pending", to_state="firing", value=91.0)
+    return alert
+
+
+@pytest.fixture
+def webhook(db, receiver, allow_private) -> Channel:  # noqa: F811 -- fixtures imported above
+    return service.create_channel(name="oncall", kind="webhook",
+                                  config={"url": f"{receiver.url}/{URL_TOKEN}", "secret": SECRET})
+
+
+def pages(alert: Alert, rule: AlertRule) -> list[str]:
+    return ["/alerts/", f"/alerts/{alert.id}/", f"/alerts/{alert.id}", "/alerts/rules/",
+            "/alerts/rules/new/", f"/alerts/rules/{rule.id}/", "/alerts/silences/",
+            "/alerts/channels/"]
+
+
+def test_every_page_renders_for_a_signed_in_user(signed_in, firing, hot_rule, webhook):
+    for path in pages(firing, hot_rule):
+        response = signed_in.get(path)
+        assert response.status_code == 200, path
+        assert 'id="nav-alerts"' in response.content.decode()
+
+
+def test_anonymous_visitors_are_sent_to_the_login_page(firing, hot_rule):
+    for path in pages(firing, hot_rule):
+        assert_sends_to_login(path)
+
+
+def test_the_link_of_a_notification_opens_the_alert(signed_in, firing, settings):
+    from controlplane.alerts.delivery.dispatch import message_alert
+
+    settings.PITWALL = {**settings.PITWALL, "ALERT_EXTERNAL_URL": "https://pitwall.example"}
+    link = message_alert(firing, timezone.now()).generator_url
+    response = signed_in.get(urlparse(link).path)
+    assert response.status_code == 200 and "GPU too hot" in response.content.decode()
+
+
+def test_an_operator_who_is_not_staff_cannot_change_rules_or_channels(
+        signed_in, hot_rule, webhook, receiver):  # noqa: F811
+    form = {"name": "x", "kind": "threshold", "severity": "warning", "metric": "gpu.temp_c",
+            "aggregation": "max", "window_s": 60, "op": ">", "threshold": 1, "for_s": 0,
+            "keep_firing_for_s": 0, "params": "{}"}
+    for path in ["/alerts/rules/new/", f"/alerts/rules/{hot_rule.id}/",
+                 f"/alerts/rules/{hot_rule.id}/delete/", f"/alerts/channels/{webhook.id}/test/",
+                 f"/alerts/channels/{webhook.id}/enable/"]:
+        assert signed_in.post(path, form).status_code == 403, path
+    assert AlertRule.objects.filter(id=hot_rule.id).exists() and not receiver.requests
+    html = signed_in.get(f"/alerts/rules/{hot_rule.id}/").content.decode()
+    assert 'id="read-only"' in html and 'id="save-button"' not in html
+
+
+# -- the alerts list and one alert --------------------------------------------------------
+
+def test_the_list_shows_firing_pending_and_recently_resolved_alerts(signed_in, hot_rule, fleet):
+    now = timezone.now()
+    hot = make_alert(hot_rule, fleet)
+    other = AlertRule.objects.create(name="Warm", metric="gpu.temp_c", aggregation="max",
+                                     severity="warning")
+    pending = make_alert(other, fleet, state=AlertState.PENDING)
+    old = make_alert(AlertRule.objects.create(name="Old", metric="gpu.temp_c"), fleet,
+                     state=AlertState.RESOLVED, resolved_at=now - timedelta(days=3))
+    html = signed_in.get("/alerts/").content.decode()
+    assert f'data-alert-id="{hot.id}" data-state="firing"' in html
+    assert f'data-alert-id="{pending.id}" data-state="pending"' in html
+    assert f'data-alert-id="{old.id}"' not in html
+    assert f'href="/hosts/{fleet.host.id}/"' in html and f'href="/gpus/{fleet.gpu0.id}/"' in html
+    assert "gpu-node-1 GPU 0: 91 °C" in html
+    assert re.search(r'class="nav-count"[^>]*>1<', html)
+
+    only_warnings = signed_in.get("/alerts/?severity=warning").content.decode()
+    assert f'data-alert-id="{pending.id}"' in only_warnings
+    assert f'data-alert-id="{hot.id}"' not in only_warnings
+    only_firing = signed_in.get("/alerts/?state=firing").content.decode()
+    assert f'data-alert-id="{hot.id}"' in only_firing
+    assert f'data-alert-id="{pending.id}"' not in only_firing
+    assert '<b data-count="pending">1</b>' in only_firing  # the summary ignores the filter
+
+
+def test_the_list_says_which_silence_covers_an_alert(signed_in, firing, operator):
+    now = timezone.now()
+    silence = create_silence(matchers=[{"label": "alertname", "op": "=", "value": "GPU too hot"}],
+                             starts_at=now, ends_at=now + timedelta(hours=1), author="ops",
+                             comment="fan swap")
+    html = signed_in.get("/alerts/").content.decode()
+    assert f'href="/alerts/silences/#silence-{silence.id}"' in html
+
+
+def test_an_alert_shows_its_labels_and_history_newest_first(signed_in, firing):
+    html = signed_in.get(f"/alerts/{firing.id}/").content.decode()
+    assert firing.fingerprint in html and "GPU-a0" in html
+    history = html[html.index('id="event-table"'):]
+    assert history.index(">firing<") < history.index(">inactive<")
+
+
+def onset_range(html: str, kind: str) -> tuple[int, int]:
+    match = re.search(rf'href="([^"]+)" data-onset-kind="{kind}"', html)
+    assert match, f"no onset link to the {kind} page"
+    query = parse_qs(urlparse(match.group(1).replace("&amp;", "&")).query)
+    return int(query["from"][0]), int(query["to"][0])
+
+
+def test_the_onset_links_chart_half_an_hour_either_side_of_the_onset(signed_in, hot_rule, fleet):
+    began = timezone.now() - timedelta(hours=3)
+    alert = make_alert(hot_rule, fleet, active_since=began)
+    html = signed_in.get(f"/alerts/{alert.id}/").content.decode()
+    start, end = onset_range(html, "gpu")
+    assert start == int(began.timestamp()) - 1800
+    assert abs(end - (began.timestamp() + 1800)) <= 2
+    assert onset_range(html, "host") == (start, end)
+    assert f'/gpus/{fleet.gpu0.id}/?from={start}&amp;to={end}' in html
+
+
+def test_the_onset_link_of_a_fresh_alert_ends_now(signed_in, hot_rule, fleet):
+    began = timezone.now() - timedelta(minutes=5)
+    alert = make_alert(hot_rule, fleet, active_since=began)
+    start, end = onset_range(signed_in.get(f"/alerts/{alert.id}/").content.decode(), "gpu")
+    assert start == int(began.timestamp()) - 1800
+    assert abs(end - timezone.now().timestamp()) <= 5
+
+
+def test_an_operator_acknowledges_and_unacknowledges_a_firing_alert(signed_in, firing):
+    response = signed_in.post(f"/alerts/{firing.id}/ack/", {"action": "ack",
+                                                            "comment": "on it"}, follow=True)
+    firing.refresh_from_db()
+    assert (firing.acknowledged_by, firing.ack_comment) == ("ops", "on it")
+    assert "Acknowledged" in response.content.decode() and 'id="unack"' in response.content.decode()
+    assert AlertEvent.objects.filter(alert=firing, note__startswith="acknowledged by ops").exists()
+
+    signed_in.post(f"/alerts/{firing.id}/ack/", {"action": "unack"})
+    firing.refresh_from_db()
+    assert firing.acknowledged_at is None and firing.acknowledged_by == ""
+
+
+def test_a_pending_alert_cannot_be_acknowledged(signed_in, hot_rule, fleet):
+    alert = make_alert(hot_rule, fleet, state=AlertState.PENDING)
+    response = signed_in.post(f"/alerts/{alert.id}/ack/", {"action": "ack"}, follow=True)
+    alert.refresh_from_db()
+    assert alert.acknowledged_at is None
+    assert "only a firing alert" in response.content.decode()
+
+
+def test_acknowledging_needs_the_csrf_token(operator, firing):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    assert client.post(f"/alerts/{firing.id}/ack/", {"action": "ack"}).status_code == 403
+
+
+# -- silences --------------------------------------------------------------------------------
+
+def test_silence_this_prefills_the_form_with_the_alert_labels(signed_in, firing):
+    html = signed_in.get(f"/alerts/{firing.id}/").content.decode()
+    link = re.search(r'href="([^"]+)" id="silence-this"', html).group(1).replace("&amp;", "&")
+    form = signed_in.get(link).content.decode()
+    assert "alertname=GPU too hot\nhost=gpu-node-1\ngpu=GPU-a0</textarea>" in form
+    assert 'name="author" value="ops"' in form
+
+
+def test_an_operator_silences_alerts_and_expires_the_silence(signed_in, firing, operator):
+    response = signed_in.post("/alerts/silences/", {
+        "matchers": "alertname=GPU too hot\nhost=~gpu-node-.*\n", "duration_s": "3600",
+        "author": "ops", "comment": "fan swap in progress"}, follow=True)
+    silence = Silence.objects.get()
+    assert silence.matchers == [{"label": "alertname", "op": "=", "value": "GPU too hot"},
+                                {"label": "host", "op": "=~", "value": "gpu-node-.*"}]
+    assert silence.created_by == operator
+    assert abs((silence.ends_at - silence.starts_at).total_seconds() - 3600) < 1
+    covers = response.content.decode().split(f'id="silence-{silence.id}"')[1].split("</tr>")[0]
+    assert f'data-alert-id="{firing.id}"' in covers
+
+    signed_in.post(f"/alerts/silences/{silence.id}/expire/")
+    silence.refresh_from_db()
+    assert silence.ends_at <= timezone.now()
+    html = signed_in.get("/alerts/silences/").content.decode()
+    assert f'id="silence-{silence.id}"' in html.split('id="expired-silences"')[1]
+
+
+def test_a_bad_matcher_is_shown_and_nothing_is_stored(signed_in, db):
+    response = signed_in.post("/alerts/silences/", {
+        "matchers": "host=~gpu-[\nrack=7", "duration_s": "3600", "author": "ops",
+        "comment": "x"})
+    html = response.content.decode()
+    assert response.status_code == 200 and "is not a regex" in html
+    assert not Silence.objects.exists()
+    response = signed_in.post("/alerts/silences/", {
+        "matchers": "rack=7", "duration_s": "3600", "author": "ops", "comment": "x"})
+    assert "is not one of alertname" in response.content.decode()
+    assert not Silence.objects.exists()
+
+
+# -- rules -----------------------------------------------------------------------------------
+
+def rule_form(**fields) -> dict:
+    form = {"name": "Hot GPU", "enabled": "on", "kind": "threshold", "severity": "critical",
+            "metric": "gpu.temp_c", "aggregation": "max", "window_s": "60", "op": ">",
+            "threshold": "85", "for_s": "120", "keep_firing_for_s": "0", "params": "{}",
+            "summary": "{host} GPU {gpu_index}: {value:.0f} °C", "host_ids": "",
+            "engine_ids": "", "hostname_glob": "", "description": ""}
+    form.update(fields)
+    return form
+
+
+def test_the_rule_list_shows_each_rule_and_its_firing_count(signed_in, firing, hot_rule):
+    html = signed_in.get("/alerts/rules/").content.decode()
+    row = html.split(f'data-rule-id="{hot_rule.id}"')[1].split("</tr>")[0]
+    assert "max(gpu.temp_c[1 min]) &gt; 85" in row
+    assert 'class="badge firing">1<' in row
+
+
+def test_a_preview_shows_what_would_fire_now_and_stores_nothing(lead, fleet, empty_samples):
+    now = timezone.now()
+    samples("gpu", {"gpu_id": fleet.gpu0.id}, lambda ts: {"temp_c": 91.0},
+            now - timedelta(seconds=50), now)
+    samples("gpu", {"gpu_id": fleet.gpu1.id}, lambda ts: {"temp_c": 60.0},
+            now - timedelta(seconds=50), now)
+    rules_before = AlertRule.objects.count()
+
+    response = lead.post("/alerts/rules/new/", rule_form(preview="1"))
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    table = html.split('id="preview-table"')[1]
+    assert f'data-target="gpu:{fleet.gpu0.id}"' in table
+    assert f'data-target="gpu:{fleet.gpu1.id}"' not in table
+    assert "gpu-node-1 GPU 0: 91 °C" in table
+    assert re.search(r'id="preview-count"><b>1</b> target meets', html)
+    assert "fires after 120 s if it keeps holding" in html
+    assert 'value="Hot GPU"' in html  # the form comes back as it was sent
+    assert AlertRule.objects.count() == rules_before and not Alert.objects.exists()
+
+
+def test_previewing_an_edit_leaves_the_saved_rule_alone(lead, hot_rule):
+    lead.post(f"/alerts/rules/{hot_rule.id}/", rule_form(name="GPU too hot", threshold="10",
+                                                         preview="1"))
+    hot_rule.refresh_from_db()
+    assert hot_rule.threshold == 85
+
+
+def test_a_bad_rule_shows_the_error_beside_its_field_and_stores_nothing(lead, db):
+    rules_before = AlertRule.objects.count()
+    response = lead.post("/alerts/rules/new/", rule_form(summary="{host} is {bogus}",
+                                                         aggregation="quantile"))
+    html = response.content.decode()
+    assert response.status_code == 200
+    summary = html.split('data-field="summary"')[1].split("</div>")[0]
+    assert "unknown field(s) bogus" in summary
+    aggregation = html.split('data-field="aggregation"')[1].split("</div>")[0]
+    assert "quantile applies to histogram metrics only" in aggregation
+    assert AlertRule.objects.count() == rules_before
+
+
+def test_a_preview_of_a_bad_rule_shows_errors_not_a_preview(lead, db):
+    html = lead.post("/alerts/rules/new/", rule_form(metric="", preview="1")).content.decode()
+    assert "unknown metric" in html.split('data-field="metric"')[1].split("</div>")[0]
+    assert 'id="preview"' not in html
+
+
+def test_staff_create_and_edit_a_rule(lead, db):
+    response = lead.post("/alerts/rules/new/", rule_form(host_ids="3, 4"))
+    rule = AlertRule.objects.get(name="Hot GPU")
+    assert response.status_code == 302 and response["Location"] == f"/alerts/rules/{rule.id}/"
+    assert (rule.metric, rule.threshold, rule.for_s, rule.host_ids) == ("gpu.temp_c", 85, 120,
+                                                                        [3, 4])
+    lead.post(f"/alerts/rules/{rule.id}/", rule_form(threshold="90", enabled=""))
+    rule.refresh_from_db()
+    assert rule.threshold == 90 and not rule.enabled
+
+    lead.post(f"/alerts/rules/{rule.id}/delete/")
+    assert not AlertRule.objects.filter(id=rule.id).exists()
+
+
+def test_a_pack_rule_says_so_and_can_be_disabled_but_not_deleted(lead, db):
+    rule = AlertRule.objects.create(name="Pack rule", pack_key="test-pack", metric="gpu.temp_c",
+                                    aggregation="max", threshold=90)
+    html = lead.get(f"/alerts/rules/{rule.id}/").content.decode()
+    assert 'id="pack-note"' in html and 'id="delete-rule"' not in html
+    lead.post(f"/alerts/rules/{rule.id}/", rule_form(name="Pack rule", enabled=""))
+    rule.refresh_from_db()
+    assert not rule.enabled and rule.pack_key == "test-pack"
+    lead.post(f"/alerts/rules/{rule.id}/delete/")
+    assert AlertRule.objects.filter(id=rule.id).exists()
+
+
+# -- channels --------------------------------------------------------------------------------
+
+def test_a_test_notification_reaches_the_receiver_and_the_page_shows_it(
+        lead, webhook, receiver):  # noqa: F811
+    response = lead.post(f"/alerts/channels/{webhook.id}/test/", follow=True)
+    html = response.content.decode()
+    [request] = receiver.requests
+    assert request.json()["test"] is True and request.path == f"/hook/{URL_TOKEN}"
+    row = Notification.objects.get(channel=webhook)
+    assert row.state == DeliveryState.SENT
+    assert "sent: HTTP 200: ok" in html
+    section = html.split(f'id="channel-{webhook.id}"')[1]
+    assert f'data-uuid="{row.uuid}" data-state="sent"' in section
+    assert 'class="badge ok">ok</span> HTTP 200: ok' in section
+
+
+def test_a_failed_test_notification_shows_its_error(lead, webhook, receiver):  # noqa: F811
+    receiver.status, receiver.reply = 401, b"bad signature"
+    html = lead.post(f"/alerts/channels/{webhook.id}/test/", follow=True).content.decode()
+    assert "failed: HTTP 401: bad signature" in html
+    assert 'class="badge bad">failed</span> HTTP 401: bad signature' in html
+
+
+def test_staff_enable_a_channel_a_permanent_error_disabled(lead, webhook):
+    service.disable_channel(webhook, "HTTP 404: no such hook")
+    html = lead.get("/alerts/channels/").content.decode()
+    assert "HTTP 404: no such hook" in html and 'data-action="enable"' in html
+    lead.post(f"/alerts/channels/{webhook.id}/enable/")
+    webhook.refresh_from_db()
+    assert webhook.enabled and webhook.disabled_reason == ""
+
+
+def test_no_page_shows_a_channel_secret(lead, signed_in, firing, hot_rule, webhook):
+    service.send_test(webhook)
+    for client in (lead, signed_in):
+        for path in pages(firing, hot_rule):
+            html = client.get(path).content.decode()
+            assert SECRET not in html and URL_TOKEN not in html, path
