@@ -20,6 +20,7 @@ app.autodiscover_tasks(["controlplane.alerts.delivery"])
 # Django's settings are configured, so it reads it itself.
 ROLLUP_INTERVAL_S = envint("PITWALL_ROLLUP_INTERVAL_S", 60, minimum=1)
 ALERT_EVAL_INTERVAL_S = envint("PITWALL_ALERT_EVAL_INTERVAL_S", 10, minimum=1)
+ALERT_DISPATCH_INTERVAL_S = envint("PITWALL_ALERT_DISPATCH_INTERVAL_S", 5, minimum=1)
 
 app.conf.beat_schedule = {
     "maintain-partitions": {
@@ -39,12 +40,12 @@ app.conf.beat_schedule = {
     # Notifications: group firing/resolved alerts per route, then deliver the due rows.
     "dispatch-notifications": {
         "task": "controlplane.alerts.delivery.tasks.dispatch_notifications",
-        "schedule": 5.0,
-        "options": {"expires": 5.0},
+        "schedule": float(ALERT_DISPATCH_INTERVAL_S),
+        "options": {"expires": float(ALERT_DISPATCH_INTERVAL_S)},
     },
     "deliver-due-notifications": {
         "task": "controlplane.alerts.delivery.tasks.deliver_due",
-        "schedule": 5.0,
-        "options": {"expires": 5.0},
+        "schedule": float(ALERT_DISPATCH_INTERVAL_S),
+        "options": {"expires": float(ALERT_DISPATCH_INTERVAL_S)},
     },
 }

@@ -174,6 +174,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    # Choice sets that share a field name ("state", "kind") get a name each in the schema.
+    "ENUM_NAME_OVERRIDES": {
+        "AlertStateEnum": "controlplane.alerts.models.AlertState",
+        "DeliveryStateEnum": "controlplane.alerts.delivery.models.DeliveryState",
+        "RuleKindEnum": "controlplane.alerts.models.RuleKind",
+        "ChannelKindEnum": "controlplane.alerts.transports.TRANSPORT_CHOICES",
+    },
 }
 
 # Pitwall's own knobs.
@@ -205,6 +212,8 @@ PITWALL = {
     # Alerts (docs/alerts.md): rules are evaluated every ALERT_EVAL_INTERVAL_S; the default
     # pack's TTFT p99 rule fires above ALERT_TTFT_P99_OBJECTIVE_MS (read when the pack loads).
     "ALERT_EVAL_INTERVAL_S": envint("PITWALL_ALERT_EVAL_INTERVAL_S", 10, minimum=1),
+    # Beat's dispatch_notifications and deliver_due ticks (controlplane/celery.py reads it too).
+    "ALERT_DISPATCH_INTERVAL_S": envint("PITWALL_ALERT_DISPATCH_INTERVAL_S", 5, minimum=1),
     "ALERT_TTFT_P99_OBJECTIVE_MS": envint("PITWALL_ALERT_TTFT_P99_OBJECTIVE_MS", 2000, minimum=1),
     # Webhooks to private, loopback and link-local addresses are refused unless this is on
     # (docs/webhooks.md): a rule's receiver must not become a way into the internal network.

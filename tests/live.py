@@ -124,3 +124,45 @@ class RedisServer:
             return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
         except redis.RedisError:
             return False
+
+
+class HookReceiver:
+    """A webhook receiver on loopback: records every POST (arrival time, headers, raw body) and
+    answers 200. ``start()`` returns it; ``url`` is where to point a channel."""
+
+    def __init__(self) -> None:
+        self.posts: list[dict] = []
+        self._server = None
+
+    def start(self) -> HookReceiver:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        posts = self.posts
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 -- http.server's naming
+                arrived = time.time()
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                posts.append({"at": arrived, "path": self.path, "headers": self.headers,
+                              "body": body})
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, format, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}/hook"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

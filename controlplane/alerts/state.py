@@ -13,6 +13,11 @@ from controlplane.alerts.models import Alert, AlertRule, AlertState
 
 Transition = tuple[str, str]
 
+# An evaluation instant is the worker's clock when the task starts, a few milliseconds after
+# beat's tick: two ticks `for` apart may measure a hair less than `for`, and the alert would fire
+# one interval late about half the time. Below 1 s, the smallest `for` that is not 0.
+FOR_SLACK = timedelta(milliseconds=500)
+
 
 def step(alert: Alert, rule: AlertRule, holds: bool, value: float | None,
          now: datetime) -> list[Transition]:
@@ -29,7 +34,7 @@ def _while_true(alert: Alert, rule: AlertRule, now: datetime) -> list[Transition
         moves.append((alert.state, AlertState.PENDING))
         alert.state, alert.active_since = AlertState.PENDING, now
         alert.started_at = alert.resolved_at = None
-    if alert.state == AlertState.PENDING and now - alert.active_since >= timedelta(
+    if alert.state == AlertState.PENDING and now - alert.active_since + FOR_SLACK >= timedelta(
             seconds=rule.for_s):
         # for 0: straight from inactive to firing, one transition.
         start = moves.pop()[0] if moves else AlertState.PENDING
