@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework.test import APIClient
 
+from controlplane.alerts.windows.schema import all_names as slice_tables
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from controlplane.telemetry.rollups.schema import all_tables as rollup_tables
 from controlplane.telemetry.schema import TABLES
@@ -62,7 +63,8 @@ def agent_client(db) -> APIClient:
 
 
 def truncate_samples() -> None:
-    names = [t.name for t in TABLES.values()] + [t.name for t in rollup_tables()]
+    names = [t.name for t in TABLES.values()] + [t.name for t in rollup_tables()] \
+        + slice_tables()
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE " + ", ".join(names))
 

@@ -12,15 +12,17 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
 
+from controlplane.alerts import windows
 from controlplane.alerts.models import Alert, AlertEvent, AlertRule, AlertState, RuleKind
 from controlplane.alerts.named import NAMED
+from controlplane.alerts.named import READS as NAMED_READS
 from controlplane.alerts.queries import Hit, Hits, threshold_hits
-from controlplane.alerts.rules import render_summary
+from controlplane.alerts.rules import render_summary, rule_metric
 from controlplane.alerts.state import step
 from controlplane.fleet.models import Engine, Gpu, Host
 
@@ -54,18 +56,37 @@ def claim_rules(now: datetime, rule_ids: list[int] | None) -> list[AlertRule]:
     rules = AlertRule.objects.filter(enabled=True).exclude(last_evaluated_at__gte=now)
     if rule_ids is not None:
         rules = rules.filter(id__in=rule_ids)
-    ids = list(rules.values_list("id", flat=True))
-    AlertRule.objects.filter(id__in=ids).update(last_evaluated_at=now)
-    return list(AlertRule.objects.filter(id__in=ids))
+    previous = dict(rules.values_list("id", "last_evaluated_at"))
+    AlertRule.objects.filter(id__in=previous).update(last_evaluated_at=now)
+    claimed = list(AlertRule.objects.filter(id__in=previous))
+    for rule in claimed:  # apply_hits needs the instant of the rule's previous cycle
+        rule.previous_cycle_at = previous[rule.id]
+    return claimed
 
 
 def run_queries(rules: list[AlertRule], now: datetime) -> Hits:
+    """Inside a transaction: bring the slices up to ``now``, then every rule's query."""
+    with connection.cursor() as cursor:
+        # These statements carry hundreds of expressions: PostgreSQL's JIT would spend
+        # seconds compiling them for runs of a few hundred milliseconds (BENCHMARKS.md §7).
+        cursor.execute("SET LOCAL jit = off")
+    windows.refresh(now, slice_needs(rules))
     hits: Hits = defaultdict(list)
     hits.update(threshold_hits([r for r in rules if r.kind == RuleKind.THRESHOLD], now))
     for rule in rules:
         if rule.kind in NAMED:
             hits[rule.id] = NAMED[rule.kind](rule, now)
     return hits
+
+
+def slice_needs(rules: list[AlertRule]) -> dict[str, int]:
+    """The longest window each entity's slices must cover for these rules."""
+    needs: dict[str, int] = {}
+    for rule in rules:
+        entities = NAMED_READS[rule.kind] if rule.kind in NAMED else (rule_metric(rule).entity,)
+        for entity in entities:
+            needs[entity] = max(needs.get(entity, 0), rule.window_s)
+    return needs
 
 
 def scoped(rules: list[AlertRule], hits: Hits) -> Hits:
@@ -100,20 +121,48 @@ def apply_hits(rules: list[AlertRule], hits: Hits, now: datetime, result: CycleR
             if alert is None:
                 alert = _new_alert(rule, hit, names)
                 new.append(alert)
+                write = True
             else:
-                changed.append(alert)
+                write = not held_until_now(alert) or _refresh_due(alert, now)
             moves = step(alert, rule, True, hit.value, now)
-            alert.summary = render_summary(rule, names.fields(alert, hit.value))
+            if moves or write:
+                alert.summary = render_summary(rule, names.fields(alert, hit.value))
+                if alert.pk is not None:
+                    changed.append(alert)
             events += [(alert, m) for m in moves]
     for alert in known.values():  # open alerts whose condition no longer holds
         if alert.state in OPEN:
-            events += [(alert, m) for m in step(alert, by_id[alert.rule_id], False, None, now)]
-            changed.append(alert)
+            rule = by_id[alert.rule_id]
+            held = held_until_now(alert)
+            if held and rule.previous_cycle_at:
+                # Not written while it held (see held_until_now): it was last true at the
+                # rule's previous cycle, which keep_firing_for counts from.
+                alert.last_true_at = max(alert.last_true_at, rule.previous_cycle_at)
+            moves = step(alert, rule, False, None, now)
+            events += [(alert, m) for m in moves]
+            if moves or held:
+                changed.append(alert)
     Alert.objects.bulk_create(new)
     bulk_update_state(changed)
     AlertEvent.objects.bulk_create(AlertEvent(alert=a, at=now, from_state=f, to_state=t,
                                               value=a.value) for a, (f, t) in events)
     result.transitions = [(by_id[a.rule_id].name, a.target, f, t) for a, (f, t) in events]
+
+
+# An alert whose condition keeps holding and whose state does not move is written at most
+# this often (its value, summary and last_true_at): at fleet scale, rewriting every firing
+# alert every 10 s was most of a cycle's writes (BENCHMARKS.md §7).
+VALUE_REFRESH = timedelta(seconds=60)
+
+
+def held_until_now(alert: Alert) -> bool:
+    """True when the condition held at the alert's last write and, since the evaluator writes
+    every alert whose condition flips, at every cycle since."""
+    return alert.last_true_at is not None and alert.last_true_at == alert.last_evaluated_at
+
+
+def _refresh_due(alert: Alert, now: datetime) -> bool:
+    return alert.last_evaluated_at is None or now - alert.last_evaluated_at >= VALUE_REFRESH
 
 
 # Column and array type of every field a cycle may change.

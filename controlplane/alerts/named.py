@@ -13,10 +13,17 @@ from datetime import datetime, timedelta
 
 from controlplane.alerts.models import AlertRule, RuleKind
 from controlplane.alerts.queries import SQL_OP, Hit, fetch
-from controlplane.telemetry.schema import TABLES
+from controlplane.alerts.windows.build import window_start
+from controlplane.alerts.windows.schema import SLICES
+from controlplane.alerts.windows.sql import average, newest
 
-GPUS, ENGINES = TABLES["gpu"].name, TABLES["engine"].name
-PROCS = TABLES["proc"].name
+GPUS, ENGINES, PROCS = (SLICES[e].name for e in ("gpu", "engine", "proc"))
+# The entities whose slices each kind reads (host_no_data reads fleet_host only).
+READS: dict[str, tuple[str, ...]] = {
+    RuleKind.HOST_NO_DATA: (), RuleKind.ENGINE_DOWN: ("engine",),
+    RuleKind.KV_PRESSURE: ("engine",), RuleKind.MEMORY_BEYOND_SHARE: ("gpu",),
+    RuleKind.CPU_BOUND_ENGINE: ("proc", "gpu"),
+}
 # vLLM's default when an engine's config does not say (the flag was not given).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 _SHARE = (
@@ -42,45 +49,43 @@ def host_no_data(rule: AlertRule, now: datetime) -> list[Hit]:
 def engine_down(rule: AlertRule, now: datetime) -> list[Hit]:
     """Engines whose last engine.up in the window is 0, or that sent nothing in it, while
     their host reports (a silent host is the agent-offline rule's). value: last engine.up."""
-    lo = now - timedelta(seconds=rule.window_s)
+    lo = window_start(now, rule.window_s)
     return _hits(
         f"SELECT 'engine:' || e.id, e.host_id, e.id, NULL::int, coalesce(u.up, 0)::float8 "
         f"FROM fleet_engine e JOIN fleet_host h ON h.id = e.host_id "
-        f"LEFT JOIN (SELECT t.engine_id, (array_agg(t.up ORDER BY t.ts DESC) "
-        f"                                FILTER (WHERE t.up IS NOT NULL))[1] AS up "
-        f"           FROM {ENGINES} t WHERE t.ts > %s AND t.ts <= %s GROUP BY 1) u "
-        f"  ON u.engine_id = e.id "
+        f"LEFT JOIN (SELECT s.engine_id, {newest('up')}[2] AS up "
+        f"           FROM {ENGINES} s WHERE s.ts >= %s GROUP BY 1) u ON u.engine_id = e.id "
         f"WHERE e.present AND h.last_seen > %s AND coalesce(u.up, 0) = 0",
-        [lo, now, lo])
+        [lo, lo, now - timedelta(seconds=rule.window_s)])
 
 
 def kv_pressure(rule: AlertRule, now: datetime) -> list[Hit]:
     """avg KV-cache usage op threshold while avg requests waiting > params.waiting_above."""
+    lo = window_start(now, rule.window_s)
     return _hits(
         f"SELECT 'engine:' || a.engine_id, e.host_id, a.engine_id, NULL::int, a.kv "
-        f"FROM (SELECT t.engine_id, avg(t.kv_cache_usage)::float8 AS kv, "
-        f"             avg(t.requests_waiting)::float8 AS waiting "
-        f"      FROM {ENGINES} t WHERE t.ts > %s AND t.ts <= %s GROUP BY 1) a "
+        f"FROM (SELECT s.engine_id, {average('kv_cache_usage')} AS kv, "
+        f"             {average('requests_waiting')} AS waiting "
+        f"      FROM {ENGINES} s WHERE s.ts >= %s GROUP BY 1) a "
         f"JOIN fleet_engine e ON e.id = a.engine_id "
         f"WHERE a.kv {SQL_OP[rule.op]} %s AND a.waiting > %s",
-        [now - timedelta(seconds=rule.window_s), now, rule.threshold,
-         float(rule.params.get("waiting_above", 0))])
+        [*[lo] * 5, rule.threshold, float(rule.params.get("waiting_above", 0))])
 
 
 def memory_beyond_share(rule: AlertRule, now: datetime) -> list[Hit]:
     """Per GPU an engine runs on: (avg mem used - share x total) / total, where share sums the
     gpu_memory_utilization of the engines on that GPU. vLLM reserves its share at start, so a
     healthy engine sits near 0; a positive excess is another process or a leak (OOM risk)."""
+    lo = window_start(now, rule.window_s)
     return _hits(
         f"WITH share AS ("
         f"  SELECT g.id AS gpu_id, g.host_id, g.mem_total_bytes, min(e.id) AS engine_id, "
         f"         sum({_SHARE}) AS share "
         f"  FROM fleet_engine e {_ENGINE_GPUS} WHERE e.present GROUP BY g.id), "
         f"used AS ("
-        f"  SELECT t.gpu_id, avg(t.mem_used_bytes)::float8 AS used, "
-        f"         max(t.mem_total_bytes)::float8 AS total "
-        f"  FROM {GPUS} t WHERE t.ts > %s AND t.ts <= %s AND t.mem_used_bytes IS NOT NULL "
-        f"  GROUP BY 1), "
+        f"  SELECT s.gpu_id, {average('mem_used_bytes')} AS used, "
+        f"         max(s.mem_total_bytes_max) AS total "
+        f"  FROM {GPUS} s WHERE s.ts >= %s GROUP BY 1), "
         f"v AS ("
         f"  SELECT s.gpu_id, s.host_id, s.engine_id, "
         f"         (u.used - s.share * coalesce(s.mem_total_bytes, u.total)) "
@@ -88,29 +93,28 @@ def memory_beyond_share(rule: AlertRule, now: datetime) -> list[Hit]:
         f"  FROM share s JOIN used u ON u.gpu_id = s.gpu_id) "
         f"SELECT 'gpu:' || v.gpu_id, v.host_id, v.engine_id, v.gpu_id, v.excess FROM v "
         f"WHERE v.excess {SQL_OP[rule.op]} %s",
-        [DEFAULT_GPU_MEMORY_UTILIZATION, now - timedelta(seconds=rule.window_s), now,
-         rule.threshold])
+        [DEFAULT_GPU_MEMORY_UTILIZATION, lo, lo, lo, rule.threshold])
 
 
 def cpu_bound_engine(rule: AlertRule, now: datetime) -> list[Hit]:
     """An engine's busiest process (avg proc.cpu_pct over the window) op threshold while the
     avg gpu.util_pct of its GPUs is below params.gpu_util_below. value: that process's CPU %."""
-    lo = now - timedelta(seconds=rule.window_s)
+    lo = window_start(now, rule.window_s)
     return _hits(
         f"WITH p AS ("
         f"  SELECT x.engine_id, max(x.cpu) AS cpu FROM ("
-        f"    SELECT t.engine_id, t.pid, avg(t.cpu_pct)::float8 AS cpu FROM {PROCS} t "
-        f"    WHERE t.ts > %s AND t.ts <= %s AND t.engine_id IS NOT NULL GROUP BY 1, 2) x "
+        f"    SELECT s.engine_id, s.pid, {average('cpu_pct')} AS cpu FROM {PROCS} s "
+        f"    WHERE s.ts >= %s AND s.engine_id IS NOT NULL GROUP BY 1, 2) x "
         f"  GROUP BY 1), "
         f"gu AS ("
-        f"  SELECT e.id AS engine_id, avg(t.util_pct)::float8 AS util "
+        f"  SELECT e.id AS engine_id, {average('util_pct')} AS util "
         f"  FROM fleet_engine e {_ENGINE_GPUS} "
-        f"  JOIN {GPUS} t ON t.gpu_id = g.id AND t.ts > %s AND t.ts <= %s "
+        f"  JOIN {GPUS} s ON s.gpu_id = g.id AND s.ts >= %s "
         f"  WHERE e.present GROUP BY 1) "
         f"SELECT 'engine:' || e.id, e.host_id, e.id, NULL::int, p.cpu "
         f"FROM p JOIN gu ON gu.engine_id = p.engine_id JOIN fleet_engine e ON e.id = p.engine_id "
         f"WHERE p.cpu {SQL_OP[rule.op]} %s AND gu.util < %s",
-        [lo, now, lo, now, rule.threshold, float(rule.params.get("gpu_util_below", 85))])
+        [lo, lo, lo, lo, lo, lo, rule.threshold, float(rule.params.get("gpu_util_below", 85))])
 
 
 NAMED: dict[str, Callable[[AlertRule, datetime], list[Hit]]] = {

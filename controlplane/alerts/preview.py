@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import transaction
 from django.utils import timezone
 
+from controlplane.alerts import windows
 from controlplane.alerts.evaluate import FleetNames, run_queries, scoped
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.rules import render_summary
@@ -47,7 +49,12 @@ def preview(rule: AlertRule, now: datetime | None = None) -> Preview:
     saved_id = rule.id
     rule.id = PREVIEW_ID if saved_id is None else saved_id
     try:
-        found = scoped([rule], run_queries([rule], now)).get(rule.id, [])
+        with transaction.atomic():
+            # its own slices for its own window, dropped with the transaction: the
+            # evaluator's are neither read half-built nor touched
+            windows.isolated()
+            found = scoped([rule], run_queries([rule], now)).get(rule.id, [])
+            transaction.set_rollback(True)
     finally:
         rule.id = saved_id
     found = sorted(found, key=lambda h: (h.host_id or 0, h.target))

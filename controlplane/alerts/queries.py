@@ -1,10 +1,11 @@
 """Threshold rules as set-based SQL: one query per entity for every rule on it.
 
-All the rules on one entity share one scan of its raw table over the longest window among
-them; each distinct (metric, aggregation, mask, window) is one aggregate with a FILTER on its
-own window. The comparison happens in SQL too: a lateral VALUES list holds one row per rule,
-and only the (rule, target) pairs whose condition holds come back. Histogram quantiles sum the
-bucket counts per engine in SQL and interpolate per engine in Python
+All the rules on one entity share one scan of its slices (windows/: 10-s partial aggregates
+of the raw rows) over the longest window among them; each distinct (metric, aggregation, mask,
+window) is one aggregate with a FILTER on its own window. The comparison happens in SQL too: a
+lateral VALUES list holds one row per rule, and only the (rule, target) pairs whose condition
+holds come back. Histogram quantiles sum the
+slices' bucket counts per engine in SQL and interpolate per engine in Python
 (``histogram_quantile``), one query per (metric, window).
 """
 
@@ -12,15 +13,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import connection
 
 from agents.protocol import Metric
 from controlplane.alerts.models import Aggregation, AlertRule, Op
 from controlplane.alerts.rules import rule_metric
+from controlplane.alerts.windows.build import window_start
+from controlplane.alerts.windows.schema import SLICES
+from controlplane.alerts.windows.sql import aggregate
 from controlplane.telemetry.models import HistogramLayout
-from controlplane.telemetry.schema import TABLES, column_for
+from controlplane.telemetry.schema import column_for
 from controlplane.telemetry.series.histograms import histogram_quantile
 
 SQL_OP = {Op.GT: ">", Op.GE: ">=", Op.LT: "<", Op.LE: "<=", Op.EQ: "=", Op.NE: "<>"}
@@ -81,44 +85,21 @@ def threshold_hits(rules: list[AlertRule], now: datetime) -> Hits:
     return hits
 
 
-def _aggregate(rule: AlertRule, metric: Metric, lo: datetime, params: list) -> str:
-    col = f"t.{column_for(metric).name}"
-    if rule.bitmask:
-        col = f"(({col} & {int(rule.bitmask)}) <> 0)::int"
-    agg = rule.aggregation
-    if agg in (Aggregation.AVG, Aggregation.MIN, Aggregation.MAX):
-        params.append(lo)
-        return f"({agg}({col}) FILTER (WHERE t.ts > %s))::float8"
-    present = f"t.ts > %s AND {col} IS NOT NULL"
-    # The newest (oldest) present value as max (min) of [epoch, value] arrays: arrays compare
-    # element by element, so this is a running max per group, with no sort per aggregate.
-    pair = f"ARRAY[extract(epoch FROM t.ts), ({col})::float8]"
-    newest = f"(max({pair}) FILTER (WHERE {present}))"
-    if agg == Aggregation.LAST:
-        params.append(lo)
-        return f"{newest}[2]"
-    oldest = f"(min({pair}) FILTER (WHERE {present}))"
-    params += [lo] * 4
-    return f"(({newest}[2] - {oldest}[2]) / NULLIF({newest}[1] - {oldest}[1], 0))"
-
-
 def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
                   now: datetime) -> tuple[str, list]:
     keys, target_cols, join = _KEYS[entity]
-    exprs: dict[str, str] = {}  # aggregate SQL (with its window) -> alias
-    agg_params: list = []
+    exprs: dict[str, str] = {}  # aggregate SQL, window included -> alias
     alias_of_rule: dict[int, str] = {}
     for rule, metric in group:
-        params: list = []
-        lo = now - timedelta(seconds=rule.window_s)
-        sql = _aggregate(rule, metric, lo, params)
-        key = f"{sql} -- {rule.window_s}"
-        if key not in exprs:
-            exprs[key] = f"v{len(exprs)}"
-            agg_params += params
-        alias_of_rule[rule.id] = exprs[key]
-    select = ", ".join(f"{key.rsplit(' -- ', 1)[0]} AS {alias}" for key, alias in exprs.items())
-    extra = ", max(t.engine_id) AS engine_id" if entity == "proc" else ""
+        sql, _ = aggregate(column_for(metric).name, rule.aggregation, rule.bitmask)
+        # The window start as a literal, not a parameter: identical aggregate calls (the
+        # newest value that both `last` and `rate` read, the sums behind two `avg` rules) are
+        # then identical expressions, which PostgreSQL computes once per row.
+        sql = sql.replace("%s", _literal(window_start(now, rule.window_s)))
+        exprs.setdefault(sql, f"v{len(exprs)}")
+        alias_of_rule[rule.id] = exprs[sql]
+    select = ", ".join(f"({sql})::float8 AS {alias}" for sql, alias in exprs.items())
+    extra = ", max(s.engine_id) AS engine_id" if entity == "proc" else ""
     longest = max(rule.window_s for rule, _ in group)
     values, value_params = [], []
     for rule, _ in group:
@@ -126,11 +107,15 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
         values.append(f"({int(rule.id)}, a.{alias}, a.{alias} {SQL_OP[rule.op]} %s::float8)")
         value_params.append(rule.threshold)
     sql = (
-        f"WITH a AS (SELECT {keys}{extra}, {select} FROM {TABLES[entity].name} t "
-        f"WHERE t.ts > %s AND t.ts <= %s GROUP BY {keys}) "
+        f"WITH a AS (SELECT {keys}{extra}, {select} FROM {SLICES[entity].name} s "
+        f"WHERE s.ts >= %s GROUP BY {keys}) "
         f"SELECT r.rule_id, {target_cols}, r.v FROM a {join} "
         f"CROSS JOIN LATERAL (VALUES {', '.join(values)}) AS r(rule_id, v, ok) WHERE r.ok")
-    return sql, [*agg_params, now - timedelta(seconds=longest), now, *value_params]
+    return sql, [window_start(now, longest), *value_params]
+
+
+def _literal(at: datetime) -> str:
+    return f"TIMESTAMPTZ '{at.isoformat()}'"
 
 
 def _quantile_hits(group: list[AlertRule], now: datetime) -> Hits:
@@ -141,12 +126,12 @@ def _quantile_hits(group: list[AlertRule], now: datetime) -> Hits:
     rows = fetch(
         f"SELECT s.engine_id, e.host_id, s.lay, array_agg(s.total ORDER BY s.i) "
         f"FROM (SELECT t.engine_id, t.{layout} AS lay, u.i, sum(u.c)::int8 AS total "
-        f"      FROM {TABLES[metric.entity].name} t "
+        f"      FROM {SLICES[metric.entity].name} t "
         f"      CROSS JOIN LATERAL unnest(t.{counts}) WITH ORDINALITY AS u(c, i) "
-        f"      WHERE t.ts > %s AND t.ts <= %s AND t.{counts} IS NOT NULL "
+        f"      WHERE t.ts >= %s AND t.{counts} IS NOT NULL "
         f"      GROUP BY 1, 2, 3) s "
         f"JOIN fleet_engine e ON e.id = s.engine_id GROUP BY 1, 2, 3",
-        [now - timedelta(seconds=group[0].window_s), now])
+        [window_start(now, group[0].window_s)])
     best: dict[int, tuple[int, int, list[int]]] = {}
     for engine_id, host_id, lay, totals in rows:
         counts_ = [int(c or 0) for c in totals]

@@ -120,3 +120,32 @@ def test_an_alert_that_fires_again_after_resolving_starts_a_new_episode(node):
     alert = run(r, T0 + 70 * S)[0]
     assert alert.state == "firing" and alert.started_at == T0 + 70 * S
     assert alert.resolved_at is None
+
+
+def written_at(r) -> tuple:
+    alert = Alert.objects.get(rule=r)
+    return alert.last_evaluated_at, alert.value
+
+
+def test_a_steady_firing_alert_is_rewritten_once_a_minute_not_every_cycle(node):
+    r = temp_rule(for_s=0)
+    samples("gpu", {"gpu_id": node.gpus[0].id},
+            lambda ts: {"temp_c": 90.0 + ((ts - T0) // S) % 7}, T0 - 60 * S, T0 + 200 * S)
+    writes = set()
+    for t in range(0, 130, 10):
+        evaluate(T0 + t * S, rule_ids=[r.id])
+        writes.add(written_at(r)[0])
+    assert writes == {T0, T0 + 60 * S, T0 + 120 * S}
+    alert = Alert.objects.get(rule=r)
+    assert alert.state == "firing" and alert.value is not None
+
+
+def test_keep_firing_for_counts_from_the_last_true_cycle_even_when_it_was_not_written(node):
+    r = temp_rule(for_s=0, keep_firing_for_s=30)
+    hot_between(node, -60, 40, 200)  # hot until T0+40 s; the 50 s cycle sees only cool rows
+    states = evaluate_every_10s(r, 120)
+    # last true at the 40 s cycle (not written: the 0 s write was the last), so held until
+    # the 70 s cycle and resolved at 70 s, not earlier
+    assert states[:7] == ["firing"] * 7
+    assert states[7] == "resolved"
+    assert Alert.objects.get(rule=r).resolved_at == T0 + 70 * S

@@ -39,6 +39,8 @@ class Channel(models.Model):
         return self.name  # never the config
 
     def clean(self) -> None:
+        if not isinstance(self.config, dict):
+            raise ValidationError({"config": "config must be a JSON object"})
         try:
             self.config = get_transport(self.kind).validate_config(dict(self.config or {}))
         except ConfigError as exc:

@@ -128,12 +128,15 @@ def post(
     tls: ssl.SSLContext | None = None,
 ) -> DeliveryResult:
     parts = urlsplit(url)
+    # The error is stored and shown; a webhook URL often carries its secret (Slack's path,
+    # a ?token=), so it names the scheme and host only.
+    shown = f"{parts.scheme or '?'}://{parts.hostname or '?'}/…"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TransportError(f"invalid URL {url!r}", permanent=True)
+        raise TransportError(f"invalid URL {shown}", permanent=True)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
-        raise TransportError(f"invalid URL {url!r}: bad port", permanent=True) from exc
+        raise TransportError(f"invalid URL {shown}: bad port", permanent=True) from exc
     conn = connect(parts.scheme, parts.hostname, port, timeout, tls)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:

@@ -113,3 +113,14 @@ def test_an_invalid_config_is_a_permanent_error_naming_the_field(message):
 
     assert caught.value.permanent
     assert "url: must be an http:// or https:// URL" in str(caught.value)
+
+
+def test_a_bad_url_is_permanent_and_the_error_keeps_its_secret_out(message):
+    from controlplane.alerts.transports.httpbase import post
+
+    with pytest.raises(TransportError) as caught:
+        post("https://hooks.example.com:99999/services/T0/B0/s3cr3t-path?token=tok3n", b"{}",
+             {}, timeout=1)
+    assert caught.value.permanent
+    assert str(caught.value) == "invalid URL https://hooks.example.com/…: bad port"
+    assert "s3cr3t" not in str(caught.value) and "tok3n" not in str(caught.value)

@@ -1,0 +1,159 @@
+"""Keep the slice tables current: each cycle folds the newest raw rows into slices.
+
+``refresh(now, needs)`` makes the slices of each entity cover ``(floor(now - longest), now]``,
+``longest`` being the longest window among the rules that read that entity. The watermark
+(``alerts_slice_state``: the slices cover ``(lo, hi]``) says what is there already: a cycle
+rebuilds only the slices from ``hi - LATE_S`` on, so rows that reached PostgreSQL a few
+seconds after their timestamp (the agent's send, the ingest writer's flush) are counted. Rows
+later than that (a spool replayed after an outage) are not: alerting on minutes-old data helps
+nobody, and the agent-offline rule has already spoken. Whenever the watermark does not fit
+(first cycle, a longer window appeared, time went backwards) the whole span is rebuilt.
+
+``isolated()`` shadows the tables with temporary copies for one transaction, so a preview can
+build whatever windows it wants without touching the evaluator's.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection
+
+from agents.protocol import Entity
+from controlplane.alerts.windows.schema import SLICE_S, SLICES, STATE_TABLE, SliceTable
+
+# Rows that arrive up to this long after their timestamp still count (see the module doc).
+LATE_S = 5
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_EPOCH_SQL = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
+
+
+def floor_slice(at: datetime) -> datetime:
+    """The start of the 10-s boundary at or before ``at``."""
+    seconds = (at - EPOCH).total_seconds()
+    return EPOCH + timedelta(seconds=seconds // SLICE_S * SLICE_S)
+
+
+def window_start(now: datetime, window_s: int) -> datetime:
+    """The first slice a window ``(now - window_s, now]`` reads: windows are rounded out to
+    whole slices, so a 60-s window reads 60 to 70 s of samples."""
+    return floor_slice(now - timedelta(seconds=window_s))
+
+
+def refresh(now: datetime, needs: dict[Entity, int]) -> None:
+    """Bring each entity's slices up to ``now`` for windows up to ``needs[entity]`` seconds."""
+    with connection.cursor() as cursor:
+        # the grouping sorts ~100 MB at fleet scale: in memory, not in temp files
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE}")
+        marks = {entity: (lo, hi) for entity, lo, hi in cursor.fetchall()}
+        for entity, longest in needs.items():
+            table = SLICES[entity]
+            lo = window_start(now, longest)
+            mark = marks.get(entity)
+            if mark is None or mark[0] > lo or mark[1] > now:
+                start = lo  # nothing usable: rebuild the whole span
+            else:
+                start = max(floor_slice(mark[1] - timedelta(seconds=LATE_S)), lo)
+            cursor.execute(f"DELETE FROM {table.name} WHERE ts >= %s OR ts < %s", [start, lo])
+            cursor.execute(build_sql(table), {"lo": start, "hi": now})
+            cursor.execute(
+                f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%s, %s, %s) "
+                f"ON CONFLICT (entity) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi",
+                [entity, lo, now])
+
+
+def isolated() -> None:
+    """Inside a transaction: temporary slice tables that shadow the real ones until it ends
+    (temporary tables come first on the search path)."""
+    with connection.cursor() as cursor:
+        for name in (STATE_TABLE, *(t.name for t in SLICES.values())):
+            cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} "
+                           f"(LIKE public.{name} INCLUDING ALL) ON COMMIT DROP")
+
+
+def _bin(alias: str = "t") -> str:
+    # right-closed slices: a row at exactly s + 10 s belongs to slice s
+    return f"date_bin(interval '{SLICE_S} seconds', {alias}.ts - interval '1 microsecond', " \
+           f"{_EPOCH_SQL})"
+
+
+def build_sql(table: SliceTable) -> str:
+    """INSERT the slices of the raw rows in (%(lo)s, %(hi)s]; one statement per entity."""
+    raw, keys = table.raw.name, table.keys
+    key_list = ", ".join(f"t.{k}" for k in keys)
+    scope = f"FROM {raw} t WHERE t.ts > %(lo)s AND t.ts <= %(hi)s"
+    group = ", ".join(str(i) for i in range(1, len(keys) + 2))
+    aggs = ["count(*)::int4 AS n", "min(t.ts) AS t0", "max(t.ts) AS t1"]
+    for c in table.scalars:
+        aggs += [f"count(t.{c.name})::int4 AS {c.name}_n",
+                 f"sum(t.{c.name})::float8 AS {c.name}_sum",
+                 f"min(t.{c.name})::float8 AS {c.name}_min",
+                 f"max(t.{c.name})::float8 AS {c.name}_max"]
+    head = f"{key_list}, {_bin()} AS s"
+    grouped = f"SELECT {head}, {', '.join(aggs)} {scope} GROUP BY {group}"
+    on = lambda a: " AND ".join(f"{a}.{k} = g.{k}" for k in keys)  # noqa: E731
+    cols = [*(f"g.{k}" for k in keys), "g.s", "g.n", "g.t0", "g.t1"]
+    names = [*keys, "ts", "n", "t0", "t1"]
+    if table.entity == "proc":
+        cols.append("l.engine_id")
+        names.append("engine_id")
+    for c in table.scalars:
+        cols += [f"g.{c.name}_{p}" for p in ("n", "sum", "min", "max")]
+        cols += [_present(table, c.name, "f", "ASC"), _present(table, c.name, "l", "DESC")]
+        names += [f"{c.name}_{p}" for p in ("n", "sum", "min", "max", "first", "last")]
+    joins = []
+    for i, c in enumerate(table.bitmasks):
+        joins.append(f"LEFT JOIN ({_distinct_values(table, c.name, head, scope, group)}) b{i} "
+                     f"ON {_same(keys, f'b{i}')}")
+        cols += [f"b{i}.vals", f"b{i}.cnts"]
+        names += [f"{c.name}_vals", f"{c.name}_cnts"]
+    for i, m in enumerate(table.histograms):
+        joins.append(f"LEFT JOIN ({_histogram(table, m.key, head, scope, group)}) h{i} "
+                     f"ON {_same(keys, f'h{i}')}")
+        cols += [f"h{i}.lay", f"h{i}.counts"]
+        names += [f"{m.key}_layout", f"{m.key}_counts"]
+    return (f"INSERT INTO {table.name} ({', '.join(names)}) "
+            f"WITH g AS ({grouped}) SELECT {', '.join(cols)} FROM g "
+            f"CROSS JOIN LATERAL (SELECT * FROM {raw} f WHERE {on('f')} AND f.ts = g.t0 LIMIT 1) f "
+            f"CROSS JOIN LATERAL (SELECT * FROM {raw} l WHERE {on('l')} AND l.ts = g.t1 LIMIT 1) l "
+            f"{' '.join(joins)}")
+
+
+def _present(table: SliceTable, col: str, row: str, order: str) -> str:
+    """The first (last) row's value; when that row lacks the metric but others in the slice
+    have it (rare: a collector that failed once), the first (last) row that has it."""
+    match = " AND ".join(f"p.{k} = g.{k}" for k in table.keys)
+    search = (f"(SELECT p.{col} FROM {table.raw.name} p WHERE {match} AND p.ts > g.s "
+              f"AND p.ts <= g.t1 AND p.{col} IS NOT NULL ORDER BY p.ts {order} LIMIT 1)")
+    return (f"(CASE WHEN {row}.{col} IS NOT NULL THEN {row}.{col} "
+            f"WHEN g.{col}_n > 0 THEN {search} END)::float8")
+
+
+def _same(keys: tuple[str, ...], alias: str) -> str:
+    return " AND ".join([*(f"{alias}.{k} = g.{k}" for k in keys), f"{alias}.s = g.s"])
+
+
+def _distinct_values(table: SliceTable, col: str, head: str, scope: str, group: str) -> str:
+    """A bitmask's distinct values in the slice and how many rows had each."""
+    inner = (f"SELECT {head}, t.{col} AS v, count(*)::int4 AS c {scope} "
+             f"AND t.{col} IS NOT NULL GROUP BY {group}, {len(table.keys) + 2}")
+    keys = ", ".join(f"x.{k}" for k in table.keys)
+    return (f"SELECT {keys}, x.s, array_agg(x.v) AS vals, array_agg(x.c) AS cnts "
+            f"FROM ({inner}) x GROUP BY {keys}, x.s")
+
+
+def _histogram(table: SliceTable, key: str, head: str, scope: str, group: str) -> str:
+    """Counts summed bucket by bucket within the layout holding most observations."""
+    width = len(table.keys)
+    unnest = f"CROSS JOIN LATERAL unnest(t.{key}_counts) WITH ORDINALITY AS u(c, i)"
+    per_element = (
+        f"SELECT {head}, t.{key}_layout AS lay, u.i, sum(u.c)::int8 AS c "
+        f"{scope.replace(' WHERE ', f' {unnest} WHERE ', 1)} AND t.{key}_layout IS NOT NULL "
+        f"GROUP BY {group}, {width + 2}, {width + 3}")
+    keys = ", ".join(f"e.{k}" for k in table.keys)
+    per_layout = (f"SELECT {keys}, e.s, e.lay, array_agg(e.c ORDER BY e.i) AS counts, "
+                  f"sum(e.c) AS obs FROM ({per_element}) e GROUP BY {keys}, e.s, e.lay")
+    lkeys = ", ".join(f"l.{k}" for k in table.keys)
+    return (f"SELECT DISTINCT ON ({lkeys}, l.s) {lkeys}, l.s, l.lay, l.counts "
+            f"FROM ({per_layout}) l ORDER BY {lkeys}, l.s, l.obs DESC, l.lay DESC")
