@@ -14,8 +14,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.alerts import windows
-from controlplane.alerts.evaluate import FleetNames, run_queries, scoped
+from controlplane.alerts.evaluate import run_queries, scoped
 from controlplane.alerts.models import Alert, AlertRule
+from controlplane.alerts.names import FleetNames
 from controlplane.alerts.rules import render_summary
 
 PREVIEW_ID = -1  # stands in for the id of an unsaved rule inside the queries

@@ -22,7 +22,7 @@ from controlplane.alerts.models import Aggregation, AlertRule, Op
 from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.windows.build import window_start
 from controlplane.alerts.windows.schema import SLICES
-from controlplane.alerts.windows.sql import aggregate
+from controlplane.alerts.windows.sql import POINTS, aggregate, point
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.schema import column_for
 from controlplane.telemetry.series.histograms import histogram_quantile
@@ -88,30 +88,55 @@ def threshold_hits(rules: list[AlertRule], now: datetime) -> Hits:
 def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
                   now: datetime) -> tuple[str, list]:
     keys, target_cols, join = _KEYS[entity]
-    exprs: dict[str, str] = {}  # aggregate SQL, window included -> alias
-    alias_of_rule: dict[int, str] = {}
+    table = SLICES[entity].name
+    aggs: dict[str, str] = {}  # aggregate SQL, window included -> alias in a
+    firsts: dict[str, str] = {}  # window start -> alias of the window's oldest slice
+    value_of_rule: dict[int, str] = {}
     for rule, metric in group:
-        sql, _ = aggregate(column_for(metric).name, rule.aggregation, rule.bitmask)
+        col = column_for(metric).name
         # The window start as a literal, not a parameter: identical aggregate calls (the
-        # newest value that both `last` and `rate` read, the sums behind two `avg` rules) are
-        # then identical expressions, which PostgreSQL computes once per row.
-        sql = sql.replace("%s", _literal(window_start(now, rule.window_s)))
-        exprs.setdefault(sql, f"v{len(exprs)}")
-        alias_of_rule[rule.id] = exprs[sql]
-    select = ", ".join(f"({sql})::float8 AS {alias}" for sql, alias in exprs.items())
-    extra = ", max(s.engine_id) AS engine_id" if entity == "proc" else ""
+        # sums behind two `avg` rules of one window) are then identical expressions, which
+        # PostgreSQL computes once per row.
+        lo = _literal(window_start(now, rule.window_s))
+        if rule.aggregation in POINTS:
+            first = firsts.setdefault(lo, f"f{len(firsts)}")
+            value_of_rule[rule.id] = point(col, rule.aggregation, rule.bitmask, lo, first)
+        else:
+            sql = aggregate(col, rule.aggregation, rule.bitmask).replace("%s", lo)
+            value_of_rule[rule.id] = f"a.{aggs.setdefault(sql, f'v{len(aggs)}')}"
+    select = [f"({sql})::float8 AS {alias}" for sql, alias in aggs.items()]
+    select += ["max(s.ts) AS newest"] + [
+        f"min(s.ts) FILTER (WHERE s.ts >= {lo}) AS {alias}" for lo, alias in firsts.items()]
+    if entity == "proc":
+        select.append("max(s.engine_id) AS engine_id")
+    points = [("l", "newest")] * bool(firsts) + [(f, f) for f in firsts.values()]
+    # one primary-key lookup per target (LATERAL … LIMIT 1 keeps the planner from hashing the
+    # whole slice table instead)
+    fetches = " ".join(
+        f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {_same_target(keys, 'x')} "
+        f"AND x.ts = a.{col} LIMIT 1) {alias} ON true" for alias, col in points)
     longest = max(rule.window_s for rule, _ in group)
-    values, value_params = [], []
+    # Per comparison operator a VALUES list of (rule, value, threshold), one row per rule and
+    # target: each value is computed once and compared in SQL.
+    by_op: dict[str, list[str]] = defaultdict(list)
+    value_params: list = []
     for rule, _ in group:
-        alias = alias_of_rule[rule.id]
-        values.append(f"({int(rule.id)}, a.{alias}, a.{alias} {SQL_OP[rule.op]} %s::float8)")
-        value_params.append(rule.threshold)
+        by_op[rule.op].append(f"({int(rule.id)}, ({value_of_rule[rule.id]})::float8, %s)")
+    checks = []
+    for op, rows in by_op.items():
+        checks.append(f"SELECT r.rule_id, r.v FROM (VALUES {', '.join(rows)}) "
+                      f"AS r(rule_id, v, threshold) WHERE r.v {SQL_OP[op]} r.threshold")
+        value_params += [rule.threshold for rule, _ in group if rule.op == op]
     sql = (
-        f"WITH a AS (SELECT {keys}{extra}, {select} FROM {SLICES[entity].name} s "
+        f"WITH a AS (SELECT {keys}, {', '.join(select)} FROM {table} s "
         f"WHERE s.ts >= %s GROUP BY {keys}) "
-        f"SELECT r.rule_id, {target_cols}, r.v FROM a {join} "
-        f"CROSS JOIN LATERAL (VALUES {', '.join(values)}) AS r(rule_id, v, ok) WHERE r.ok")
+        f"SELECT r.rule_id, {target_cols}, r.v FROM a {fetches} {join} "
+        f"CROSS JOIN LATERAL ({' UNION ALL '.join(checks)}) AS r")
     return sql, [window_start(now, longest), *value_params]
+
+
+def _same_target(keys: str, alias: str) -> str:
+    return " AND ".join(f"{alias}.{k} = a.{k}" for k in (k.strip() for k in keys.split(",")))
 
 
 def _literal(at: datetime) -> str:

@@ -57,6 +57,8 @@ def refresh(now: datetime, needs: dict[Entity, int]) -> None:
                 start = max(floor_slice(mark[1] - timedelta(seconds=LATE_S)), lo)
             cursor.execute(f"DELETE FROM {table.name} WHERE ts >= %s OR ts < %s", [start, lo])
             cursor.execute(build_sql(table), {"lo": start, "hi": now})
+            if start == lo:  # a rebuild: the planner needs to know the table's new size
+                cursor.execute(f"ANALYZE {table.name}")
             cursor.execute(
                 f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%s, %s, %s) "
                 f"ON CONFLICT (entity) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi",

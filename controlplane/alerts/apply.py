@@ -1,0 +1,158 @@
+"""Step every alert of a cycle and write what changed: the state half of an evaluation.
+
+The alerts of the cycle's targets are read as plain rows (``AlertRow``), not model instances:
+at fleet scale a cycle touches tens of thousands and Django's model init was a third of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+
+from django.db import connection
+
+from controlplane.alerts.models import Alert, AlertEvent, AlertRule, AlertState
+from controlplane.alerts.names import FleetNames
+from controlplane.alerts.queries import Hit, Hits
+from controlplane.alerts.rules import render_summary
+from controlplane.alerts.state import step
+
+OPEN = (AlertState.PENDING, AlertState.FIRING)
+
+
+@dataclass(slots=True)
+class AlertRow:
+    """What a cycle reads and may change of an existing alert (the fields ``step`` uses)."""
+
+    id: int
+    rule_id: int
+    target: str
+    host_id: int | None
+    engine_id: int | None
+    gpu_id: int | None
+    state: str
+    value: float | None
+    summary: str
+    active_since: datetime | None
+    started_at: datetime | None
+    resolved_at: datetime | None
+    last_true_at: datetime | None
+    last_evaluated_at: datetime | None
+    acknowledged_at: datetime | None
+    acknowledged_by: str
+    ack_comment: str
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+
+_COLUMNS = ", ".join(f"a.{f.name}" for f in fields(AlertRow))
+
+
+def load_alerts(rule_ids: list[int], hits: Hits) -> dict[tuple[int, str], AlertRow]:
+    """The alerts of these (rule, target) pairs, and every open alert of these rules."""
+    pairs = [(rule_id, h.target) for rule_id, found in hits.items() for h in found]
+    table = Alert._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_COLUMNS} FROM {table} a JOIN unnest(%s::int8[], %s::text[]) "
+            f"AS h(rule_id, target) ON a.rule_id = h.rule_id AND a.target = h.target "
+            f"UNION SELECT {_COLUMNS} FROM {table} a "
+            f"WHERE a.rule_id = ANY(%s) AND a.state = ANY(%s)",
+            [[p[0] for p in pairs], [p[1] for p in pairs], rule_ids, list(OPEN)])
+        rows = [AlertRow(*row) for row in cursor.fetchall()]
+    return {(a.rule_id, a.target): a for a in rows}
+
+
+def apply_hits(rules: list[AlertRule], hits: Hits,
+               now: datetime) -> list[tuple[str, str, str, str]]:
+    """Step, write, and return the transitions as (rule name, target, from, to)."""
+    by_id = {r.id: r for r in rules}
+    known = load_alerts(list(by_id), hits)
+    names = FleetNames.load(hits, known.values())
+    new, changed, events = [], [], []
+    for rule_id, found in hits.items():
+        rule = by_id[rule_id]
+        for hit in found:
+            alert = known.pop((rule_id, hit.target), None)
+            if alert is None:
+                alert = _new_alert(rule, hit, names)
+                new.append(alert)
+                write = True
+            else:
+                write = not held_until_now(alert) or _refresh_due(alert, now)
+            moves = step(alert, rule, True, hit.value, now)
+            if moves or write:
+                alert.summary = render_summary(rule, names.fields(alert, hit.value))
+                if alert.pk is not None:
+                    changed.append(alert)
+            events += [(alert, m) for m in moves]
+    for alert in known.values():  # open alerts whose condition no longer holds
+        if alert.state in OPEN:
+            rule = by_id[alert.rule_id]
+            held = held_until_now(alert)
+            if held and rule.previous_cycle_at:
+                # Not written while it held (see held_until_now): it was last true at the
+                # rule's previous cycle, which keep_firing_for counts from.
+                alert.last_true_at = max(alert.last_true_at, rule.previous_cycle_at)
+            moves = step(alert, rule, False, None, now)
+            events += [(alert, m) for m in moves]
+            if moves or held:
+                changed.append(alert)
+    Alert.objects.bulk_create(new)
+    bulk_update_state(changed)
+    AlertEvent.objects.bulk_create(AlertEvent(alert_id=a.id, at=now, from_state=f, to_state=t,
+                                              value=a.value) for a, (f, t) in events)
+    return [(by_id[a.rule_id].name, a.target, f, t) for a, (f, t) in events]
+
+
+# An alert whose condition keeps holding and whose state does not move is written at most
+# this often (its value, summary and last_true_at): at fleet scale, rewriting every firing
+# alert every 10 s was most of a cycle's writes (BENCHMARKS.md §7).
+VALUE_REFRESH = timedelta(seconds=60)
+
+
+def held_until_now(alert: Alert) -> bool:
+    """True when the condition held at the alert's last write and, since the evaluator writes
+    every alert whose condition flips, at every cycle since."""
+    return alert.last_true_at is not None and alert.last_true_at == alert.last_evaluated_at
+
+
+def _refresh_due(alert: Alert, now: datetime) -> bool:
+    return alert.last_evaluated_at is None or now - alert.last_evaluated_at >= VALUE_REFRESH
+
+
+# Column and array type of every field a cycle may change.
+_STATE_FIELDS = {"state": "text", "value": "float8", "summary": "text",
+                 "active_since": "timestamptz", "started_at": "timestamptz",
+                 "resolved_at": "timestamptz", "last_true_at": "timestamptz",
+                 "last_evaluated_at": "timestamptz", "acknowledged_at": "timestamptz",
+                 "acknowledged_by": "text", "ack_comment": "text"}
+
+
+def bulk_update_state(alerts: list[AlertRow]) -> None:
+    """One UPDATE … FROM unnest(arrays) for all of them: Django's bulk_update builds a CASE
+    per field with a branch per row, which PostgreSQL evaluates in O(rows²)."""
+    if not alerts:
+        return
+    cols = ", ".join(f"{f} = u.{f}" for f in _STATE_FIELDS)
+    arrays = ", ".join(f"%s::{t}[]" for t in ["int8", *_STATE_FIELDS.values()])
+    names = ", ".join(["id", *_STATE_FIELDS])
+    params = [[a.id for a in alerts],
+              *([getattr(a, f) for a in alerts] for f in _STATE_FIELDS)]
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {Alert._meta.db_table} a SET {cols} "
+                       f"FROM unnest({arrays}) AS u({names}) WHERE a.id = u.id", params)
+
+
+def _new_alert(rule: AlertRule, hit: Hit, names: FleetNames) -> Alert:
+    labels = {"alertname": rule.name, "severity": rule.severity, **names.labels(hit)}
+    return Alert(rule=rule, target=hit.target, host_id=hit.host_id, engine_id=hit.engine_id,
+                 gpu_id=hit.gpu_id, labels=labels, fingerprint=fingerprint(labels))
+
+
+def fingerprint(labels: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:32]
