@@ -116,22 +116,20 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
         f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {_same_target(keys, 'x')} "
         f"AND x.ts = a.{col} LIMIT 1) {alias} ON true" for alias, col in points)
     longest = max(rule.window_s for rule, _ in group)
-    # Per comparison operator a VALUES list of (rule, value, threshold), one row per rule and
-    # target: each value is computed once and compared in SQL.
-    by_op: dict[str, list[str]] = defaultdict(list)
-    value_params: list = []
-    for rule, _ in group:
-        by_op[rule.op].append(f"({int(rule.id)}, ({value_of_rule[rule.id]})::float8, %s)")
-    checks = []
-    for op, rows in by_op.items():
-        checks.append(f"SELECT r.rule_id, r.v FROM (VALUES {', '.join(rows)}) "
-                      f"AS r(rule_id, v, threshold) WHERE r.v {SQL_OP[op]} r.threshold")
-        value_params += [rule.threshold for rule, _ in group if rule.op == op]
+    # Every rule's value of a target in one array, then the ids of the rules whose condition
+    # holds: per target one array built, not a row per rule.
+    values = ", ".join(f"({value_of_rule[rule.id]})::float8" for rule, _ in group)
+    checks = ", ".join(
+        f"CASE WHEN x.v[{i}] {SQL_OP[rule.op]} %s::float8 THEN {int(rule.id)} END"
+        for i, (rule, _) in enumerate(group, start=1))
+    value_params = [rule.threshold for rule, _ in group]
     sql = (
         f"WITH a AS (SELECT {keys}, {', '.join(select)} FROM {table} s "
         f"WHERE s.ts >= %s GROUP BY {keys}) "
-        f"SELECT r.rule_id, {target_cols}, r.v FROM a {fetches} {join} "
-        f"CROSS JOIN LATERAL ({' UNION ALL '.join(checks)}) AS r")
+        f"SELECT r.rule_id, {target_cols}, x.v[r.i] FROM a {fetches} {join} "
+        f"CROSS JOIN LATERAL (SELECT ARRAY[{values}] AS v OFFSET 0) x "  # computed once
+        f"CROSS JOIN LATERAL unnest(ARRAY[{checks}]) WITH ORDINALITY AS r(rule_id, i) "
+        f"WHERE r.rule_id IS NOT NULL")
     return sql, [window_start(now, longest), *value_params]
 
 

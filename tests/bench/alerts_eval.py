@@ -31,7 +31,6 @@ from pathlib import Path
 from tests.bench import harness
 
 GPUS_PER_HOST = 8
-STEP_S, MINUTES = 5, 12
 TARGET_CYCLE_S = 1.0
 GPU_TOTAL = 143771156480
 BOUNDS = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
@@ -42,6 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--hosts", type=int, default=1000)
     parser.add_argument("--rules", type=int, default=500)
     parser.add_argument("--cycles", type=int, default=6)
+    parser.add_argument("--step", type=int, default=1,
+                        help="seconds between samples (agents send every second by default)")
+    parser.add_argument("--minutes", type=int, default=7,
+                        help="minutes of samples: the longest window (5 min) and some margin")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded bench database")
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/alerts_eval.json")
     return parser.parse_args(argv)
@@ -62,7 +65,7 @@ def create_fleet(hosts: int) -> None:
                config={"gpu_memory_utilization": "0.9"}) for h in made)
 
 
-def load_samples(end: datetime) -> dict:
+def load_samples(end: datetime, step_s: int, minutes: int) -> dict:
     from django.db import connection
 
     from controlplane.telemetry import partitions
@@ -70,9 +73,11 @@ def load_samples(end: datetime) -> dict:
     from controlplane.telemetry.schema import TABLES
 
     lay = HistogramLayout.objects.get_or_create(bounds=BOUNDS)[0].id
-    start = end - timedelta(minutes=MINUTES)
-    series = (f"generate_series(%(start)s::timestamptz + interval '{STEP_S} s', %(end)s, "
-              f"interval '{STEP_S} s')")
+    start = end - timedelta(minutes=minutes)
+    series = (f"generate_series(%(start)s::timestamptz + interval '{step_s} s', %(end)s, "
+              f"interval '{step_s} s')")
+    # Rows land in time order, as ingest writes them: the BRIN index on ts stays tight.
+    in_time_order = "ORDER BY ts, x.id"
     # hashed per target so a few targets are in trouble for the whole stretch
     bad = "(hashint4(x.id) & 63) = 0"
     counts = "ARRAY[" + ", ".join(f"(random() * {9 - i})::int4" for i in range(len(BOUNDS) + 1)) \
@@ -81,13 +86,13 @@ def load_samples(end: datetime) -> dict:
         "host": f"INSERT INTO {TABLES['host'].name} (host_id, ts, cpu_pct, cpu_throttled_pct, "
                 f"load1, mem_used_bytes) SELECT x.id, ts, CASE WHEN {bad} THEN 90 ELSE 20 END "
                 f"+ random() * 10, random() * 5, random() * 30, (random() * 2^40)::int8 "
-                f"FROM fleet_host x, {series} AS ts",
+                f"FROM {series} AS ts, fleet_host x {in_time_order}",
         "gpu": f"INSERT INTO {TABLES['gpu'].name} (gpu_id, ts, mem_used_bytes, mem_total_bytes, "
                f"util_pct, temp_c, power_w, throttle_reasons, ecc_dbe_total, sm_clock_mhz) "
                f"SELECT x.id, ts, (0.9 * {GPU_TOTAL} + random() * 2^30 + CASE WHEN {bad} THEN "
                f"2^34 ELSE 0 END)::int8, {GPU_TOTAL}, 60 + random() * 40, 55 + random() * 30, "
                f"400 + random() * 300, CASE WHEN {bad} THEN 64 ELSE 1 END, 0, 1980 "
-               f"FROM fleet_gpu x, {series} AS ts",
+               f"FROM {series} AS ts, fleet_gpu x {in_time_order}",
         "engine": f"INSERT INTO {TABLES['engine'].name} (engine_id, ts, up, requests_running, "
                   f"requests_waiting, kv_cache_usage, preemptions_per_s, "
                   f"generation_tokens_per_s, ttft_seconds_layout, ttft_seconds_counts, "
@@ -95,11 +100,11 @@ def load_samples(end: datetime) -> dict:
                   f"CASE WHEN {bad} THEN 5 ELSE 0 END, CASE WHEN {bad} THEN 0.97 "
                   f"ELSE random() * 0.9 END, CASE WHEN {bad} THEN 1 ELSE 0 END, "
                   f"random() * 5000, {lay}, {counts}, random() * 40 "
-                  f"FROM fleet_engine x, {series} AS ts",
+                  f"FROM {series} AS ts, fleet_engine x {in_time_order}",
         "proc": f"INSERT INTO {TABLES['proc'].name} (host_id, pid, ts, engine_id, cpu_pct, "
                 f"rss_bytes, threads) SELECT x.host_id, 1000 + x.id, ts, x.id, "
                 f"CASE WHEN {bad} THEN 99 ELSE 40 + random() * 40 END, (random() * 2^34)::int8,"
-                f" 80 FROM fleet_engine x, {series} AS ts",
+                f" 80 FROM {series} AS ts, fleet_engine x {in_time_order}",
     }
     out = {}
     with connection.cursor() as cursor:
@@ -188,10 +193,11 @@ def main(argv=None) -> int:
         AlertRule.objects.update(last_evaluated_at=None)
     else:
         end = datetime.now(UTC).replace(microsecond=0)
-        print(f"loading {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {MINUTES} min at {STEP_S} s",
-              flush=True)
+        print(f"loading {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {args.minutes} min at "
+              f"{args.step} s", flush=True)
         create_fleet(args.hosts)
-        report["load"] = {"end": end.isoformat(), "tables": load_samples(end)}
+        tables = load_samples(end, args.step, args.minutes)
+        report["load"] = {"end": end.isoformat(), "tables": tables}
         pack = AlertRule.objects.count()
         threshold_rules(max(0, args.rules - pack))
         print(f"  {report['load']['tables']}", flush=True)
