@@ -15,6 +15,7 @@ build whatever windows it wants without touching the evaluator's.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
@@ -56,13 +57,31 @@ def refresh(now: datetime, needs: dict[Entity, int]) -> None:
             else:
                 start = max(floor_slice(mark[1] - timedelta(seconds=LATE_S)), lo)
             cursor.execute(f"DELETE FROM {table.name} WHERE ts >= %s OR ts < %s", [start, lo])
-            cursor.execute(build_sql(table), {"lo": start, "hi": now})
+            with _robust_plan(cursor):
+                cursor.execute(build_sql(table), {"lo": start, "hi": now})
             if start == lo:  # a rebuild: the planner needs to know the table's new size
                 cursor.execute(f"ANALYZE {table.name}")
             cursor.execute(
                 f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%s, %s, %s) "
                 f"ON CONFLICT (entity) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi",
                 [entity, lo, now])
+
+
+@contextmanager
+def _robust_plan(cursor):
+    """The newest seconds always lie past the table's statistics, so the planner expects one
+    row where there are tens of thousands, and joins the per-slice sub-selects by nested loop,
+    running them once per slice (minutes). A full rebuild, the other way round, would walk the
+    (entity, ts) primary key in entity order: a random read of every row. Neither is what
+    these statements need: hash joins and a scan by time; the first/last row lookups stay
+    primary-key lookups (LATERAL), as bitmap scans."""
+    cursor.execute("SET LOCAL enable_nestloop = off")
+    cursor.execute("SET LOCAL enable_indexscan = off")
+    try:
+        yield
+    finally:
+        cursor.execute("SET LOCAL enable_nestloop = on")
+        cursor.execute("SET LOCAL enable_indexscan = on")
 
 
 def isolated() -> None:
