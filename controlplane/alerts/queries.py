@@ -22,7 +22,7 @@ from controlplane.alerts.models import Aggregation, AlertRule, Op
 from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.windows.build import window_start
 from controlplane.alerts.windows.schema import SLICES
-from controlplane.alerts.windows.sql import POINTS, aggregate, point
+from controlplane.alerts.windows.sql import POINTS, combined, partials, point
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.schema import column_for
 from controlplane.telemetry.series.histograms import histogram_quantile
@@ -33,16 +33,27 @@ PY_OP = {
     Op.LE: lambda a, b: a <= b, Op.EQ: lambda a, b: a == b, Op.NE: lambda a, b: a != b,
 }
 
-# Per entity: the grouping keys, and the target columns computed from them after grouping
-# (target, host_id, engine_id, gpu_id).
-_KEYS = {
-    "host": ("host_id", "'host:' || a.host_id, a.host_id, NULL::int, NULL::int", ""),
-    "gpu": ("gpu_id", "'gpu:' || a.gpu_id, g.host_id, NULL::int, a.gpu_id",
-            "JOIN fleet_gpu g ON g.id = a.gpu_id"),
-    "engine": ("engine_id", "'engine:' || a.engine_id, e.host_id, a.engine_id, NULL::int",
-               "JOIN fleet_engine e ON e.id = a.engine_id"),
-    "proc": ("host_id, pid", "'proc:' || a.host_id || ':' || a.pid, a.host_id, a.engine_id, "
-             "NULL::int", ""),
+
+@dataclass(frozen=True)
+class _Targets:
+    """Where an entity's targets come from (alias ``t``, with the slice key columns) and the
+    hit columns made of them: target, host_id, engine_id, gpu_id."""
+
+    keys: tuple[str, ...]
+    rows: str | None  # the fleet table's rows; None: the targets with slices in the window
+    cols: str
+
+
+_TARGETS = {
+    "host": _Targets(("host_id",), "SELECT id AS host_id FROM fleet_host",
+                     "'host:' || t.host_id, t.host_id, NULL::int, NULL::int"),
+    "gpu": _Targets(("gpu_id",), "SELECT id AS gpu_id, host_id FROM fleet_gpu",
+                    "'gpu:' || t.gpu_id, t.host_id, NULL::int, t.gpu_id"),
+    "engine": _Targets(("engine_id",), "SELECT id AS engine_id, host_id FROM fleet_engine",
+                       "'engine:' || t.engine_id, t.host_id, t.engine_id, NULL::int"),
+    # processes have no fleet table: the ones with slices, and the engine each served last
+    "proc": _Targets(("host_id", "pid"), None,
+                     "'proc:' || t.host_id || ':' || t.pid, t.host_id, t.engine_id, NULL::int"),
 }
 
 
@@ -77,8 +88,8 @@ def threshold_hits(rules: list[AlertRule], now: datetime) -> Hits:
             by_entity[metric.entity].append((rule, metric))
     hits: Hits = defaultdict(list)
     for entity, group in by_entity.items():
-        for rule_id, *row in fetch(*_entity_query(entity, group, now)):
-            hits[rule_id].append(Hit(*row))
+        for i, *row in fetch(*_entity_query(entity, group, now)):
+            hits[group[i - 1][0].id].append(Hit(*row))
     for group in quantiles.values():
         for rule_id, found in _quantile_hits(group, now).items():
             hits[rule_id] += found
@@ -87,54 +98,83 @@ def threshold_hits(rules: list[AlertRule], now: datetime) -> Hits:
 
 def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
                   now: datetime) -> tuple[str, list]:
-    keys, target_cols, join = _KEYS[entity]
-    table = SLICES[entity].name
-    aggs: dict[str, str] = {}  # aggregate SQL, window included -> alias in a
-    firsts: dict[str, str] = {}  # window start -> alias of the window's oldest slice
-    value_of_rule: dict[int, str] = {}
+    """One query for every rule of the entity: per target, the aggregates of every window
+    (``_windows``), the slices ``last`` and ``rate`` read (by primary key), each rule's value,
+    and the positions (1-based, in ``group``) of the rules whose condition holds."""
+    shape, table = _TARGETS[entity], SLICES[entity].name
+    aggregates = [(rule, m) for rule, m in group if rule.aggregation not in POINTS]
+    value_of_rule, windows_sql = _windows(shape, table, aggregates, now)
+    # one primary-key lookup per target and slice read: the newest slice (l), and the oldest
+    # slice of each window a `last` or `rate` reads (f<start>)
+    on = " AND ".join(f"x.{k} = t.{k}" for k in shape.keys)
+    fetches = [f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {on} ORDER BY x.ts DESC "
+               f"LIMIT 1) l ON true"]
+    firsts: dict[str, str] = {}
     for rule, metric in group:
-        col = column_for(metric).name
-        # The window start as a literal, not a parameter: identical aggregate calls (the
-        # sums behind two `avg` rules of one window) are then identical expressions, which
-        # PostgreSQL computes once per row.
-        lo = _literal(window_start(now, rule.window_s))
         if rule.aggregation in POINTS:
-            first = firsts.setdefault(lo, f"f{len(firsts)}")
-            value_of_rule[rule.id] = point(col, rule.aggregation, rule.bitmask, lo, first)
-        else:
-            sql = aggregate(col, rule.aggregation, rule.bitmask).replace("%s", lo)
-            value_of_rule[rule.id] = f"a.{aggs.setdefault(sql, f'v{len(aggs)}')}"
-    select = [f"({sql})::float8 AS {alias}" for sql, alias in aggs.items()]
-    select += ["max(s.ts) AS newest"] + [
-        f"min(s.ts) FILTER (WHERE s.ts >= {lo}) AS {alias}" for lo, alias in firsts.items()]
-    if entity == "proc":
-        select.append("max(s.engine_id) AS engine_id")
-    points = [("l", "newest")] * bool(firsts) + [(f, f) for f in firsts.values()]
-    # one primary-key lookup per target (LATERAL … LIMIT 1 keeps the planner from hashing the
-    # whole slice table instead)
-    fetches = " ".join(
-        f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {_same_target(keys, 'x')} "
-        f"AND x.ts = a.{col} LIMIT 1) {alias} ON true" for alias, col in points)
-    longest = max(rule.window_s for rule, _ in group)
-    # Every rule's value of a target in one array, then the ids of the rules whose condition
-    # holds: per target one array built, not a row per rule.
-    values = ", ".join(f"({value_of_rule[rule.id]})::float8" for rule, _ in group)
-    checks = ", ".join(
-        f"CASE WHEN x.v[{i}] {SQL_OP[rule.op]} %s::float8 THEN {int(rule.id)} END"
-        for i, (rule, _) in enumerate(group, start=1))
-    value_params = [rule.threshold for rule, _ in group]
-    sql = (
-        f"WITH a AS (SELECT {keys}, {', '.join(select)} FROM {table} s "
-        f"WHERE s.ts >= %s GROUP BY {keys}) "
-        f"SELECT r.rule_id, {target_cols}, x.v[r.i] FROM a {fetches} {join} "
-        f"CROSS JOIN LATERAL (SELECT ARRAY[{values}] AS v OFFSET 0) x "  # computed once
-        f"CROSS JOIN LATERAL unnest(ARRAY[{checks}]) WITH ORDINALITY AS r(rule_id, i) "
-        f"WHERE r.rule_id IS NOT NULL")
-    return sql, [window_start(now, longest), *value_params]
+            lo = _literal(window_start(now, rule.window_s))
+            if lo not in firsts:
+                firsts[lo] = f"f{len(firsts)}"
+                fetches.append(f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {on} "
+                               f"AND x.ts >= {lo} ORDER BY x.ts LIMIT 1) {firsts[lo]} ON true")
+            value_of_rule[rule.id] = point(column_for(metric).name, rule.aggregation,
+                                           rule.bitmask, lo, firsts[lo])
+    # Every rule's value of a target computed once (a lateral row), the positions of the rules
+    # whose condition holds gathered in an array, and only those unnested.
+    n = len(group)
+    values = ", ".join(f"({value_of_rule[r.id]})::float8 AS v{i}"
+                       for i, (r, _) in enumerate(group, start=1))
+    checks = ", ".join(f"CASE WHEN x.v{i} {SQL_OP[r.op]} %s::float8 THEN {i} END"
+                       for i, (r, _) in enumerate(group, start=1))
+    value_of_hit = f"(ARRAY[{', '.join(f'x.v{i}' for i in range(1, n + 1))}])[r.i]"
+    sources = _target_rows(shape, table, group, now)
+    if aggregates:
+        sources += f" LEFT JOIN a ON {' AND '.join(f'a.{k} = t.{k}' for k in shape.keys)}"
+    if windows_sql:
+        windows_sql = f"WITH {windows_sql} "
+    sql = (f"{windows_sql}SELECT r.i, {shape.cols}, {value_of_hit} FROM {sources} "
+           f"{' '.join(fetches)} "
+           f"CROSS JOIN LATERAL (SELECT {values} OFFSET 0) x "  # computed once per target
+           f"CROSS JOIN LATERAL unnest(array_remove(ARRAY[{checks}], NULL)) AS r(i)")
+    return sql, [rule.threshold for rule, _ in group]
 
 
-def _same_target(keys: str, alias: str) -> str:
-    return " AND ".join(f"{alias}.{k} = a.{k}" for k in (k.strip() for k in keys.split(",")))
+def _windows(shape: _Targets, table: str, aggregates: list[tuple[AlertRule, Metric]],
+             now: datetime) -> tuple[dict[int, str], str]:
+    """The CTEs ``b`` (slices folded into bands) and ``a`` (bands into each window, a row per
+    target), and each rule's value as a column of ``a`` (``windows.sql`` says why bands)."""
+    if not aggregates:
+        return {}, ""
+    # The windows' starts, newest first: band i holds the slices from start i to start i - 1.
+    starts = sorted({window_start(now, rule.window_s) for rule, _ in aggregates}, reverse=True)
+    band_of = {lo: i for i, lo in enumerate(starts)}
+    parts: dict[str, str] = {}  # level-1 alias -> SQL over s, per band
+    aggs: dict[str, str] = {}  # level-2 SQL over b -> alias in a, per target
+    value_of_rule: dict[int, str] = {}
+    for rule, metric in aggregates:
+        col = column_for(metric).name
+        parts.update(partials(col, rule.aggregation, rule.bitmask))
+        sql = combined(col, rule.aggregation, rule.bitmask,
+                       band_of[window_start(now, rule.window_s)])
+        value_of_rule[rule.id] = f"a.{aggs.setdefault(sql, f'v{len(aggs)}')}"
+    keys = ", ".join(shape.keys)
+    band = " ".join(f"WHEN s.ts >= {_literal(lo)} THEN {i}" for i, lo in enumerate(starts))
+    level1 = ", ".join(f"{sql} AS {alias}" for alias, sql in parts.items())
+    level2 = ", ".join(f"({sql})::float8 AS {alias}" for sql, alias in aggs.items())
+    return value_of_rule, (
+        f"b AS (SELECT {keys}, CASE {band} END AS band, {level1} FROM {table} s "
+        f"WHERE s.ts >= {_literal(starts[-1])} GROUP BY {keys}, band), "
+        f"a AS (SELECT {keys}, {level2} FROM b GROUP BY {keys})")
+
+
+def _target_rows(shape: _Targets, table: str, group: list[tuple[AlertRule, Metric]],
+                 now: datetime) -> str:
+    if shape.rows is not None:
+        return f"({shape.rows}) t"
+    keys = ", ".join(shape.keys)
+    lo = _literal(window_start(now, max(rule.window_s for rule, _ in group)))
+    return (f"(SELECT {keys}, max(engine_id) AS engine_id FROM {table} "
+            f"WHERE ts >= {lo} GROUP BY {keys}) t")
 
 
 def _literal(at: datetime) -> str:

@@ -1,12 +1,16 @@
 """A rule's aggregate over its window, as SQL over the slices (alias ``s``) of its entity.
 
-``avg``, ``min`` and ``max`` are aggregates; every one carries its own window as a FILTER on
-the slice start, so rules with different windows share one scan of the slices; ``%s``
-placeholders take the window's first slice (``build.window_start``). ``last`` and ``rate`` read
-two slices per target instead (``point``): the newest one (alias ``l``) and the oldest one of
-the window (alias ``f<n>``), found by ``max(ts)``/``min(ts)`` and fetched by primary key. An
-aggregate over [time, value] pairs did the same on every slice row and cost five times as
-much (BENCHMARKS.md §7).
+Rules of one entity read windows of a few lengths, all ending now. Their starts cut the slices
+into **bands** (band 0: the slices of the shortest window; band ``i``: the slices a window
+starting at the ``i``-th start adds), so each slice row is folded once, into its band, by
+plain aggregates (``partials``: level 1, one per distinct part such as ``sum`` of a column); a
+window is then the bands up to its own (``combined``: level 2 over ~4 band rows per target).
+Filtering every slice row by every window, as the first design did, evaluated each aggregate
+and its FILTER on every row once per window (BENCHMARKS.md §7).
+
+``last`` and ``rate`` read two slices per target instead (``point``): the newest one (alias
+``l``) and the oldest one of the window (alias ``f<n>``), found by the bands' ``max(ts)`` and
+``min(ts)`` and fetched by primary key.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from controlplane.alerts.models import Aggregation
 
 IN_WINDOW = "s.ts >= %s"
+POINTS = (Aggregation.LAST, Aggregation.RATE)
 
 
 def newest(col: str) -> str:
@@ -28,16 +33,25 @@ def average(col: str) -> str:
             f"/ NULLIF(sum(s.{col}_n) FILTER (WHERE {IN_WINDOW}), 0))")
 
 
-POINTS = (Aggregation.LAST, Aggregation.RATE)
-
-
-def aggregate(col: str, aggregation: str, mask: int | None) -> str:
-    """The SQL of one aggregate (avg, min or max); ``%s`` stands for its window start."""
+def partials(col: str, aggregation: str, mask: int | None) -> dict[str, str]:
+    """Level 1: the per-band parts an aggregate (avg, min or max) is made of, by name."""
     if mask:
-        return _masked(col, aggregation, int(mask))
+        return {f"{col}_hits_{int(mask)}": f"sum({_mask_hits(col, int(mask))})",
+                f"{col}_n": f"sum(s.{col}_n)"}
     if aggregation == Aggregation.AVG:
-        return average(col)
-    return f"{aggregation}(s.{col}_{aggregation}) FILTER (WHERE {IN_WINDOW})"
+        return {f"{col}_sum": f"sum(s.{col}_sum)", f"{col}_n": f"sum(s.{col}_n)"}
+    return {f"{col}_{aggregation}": f"{aggregation}(s.{col}_{aggregation})"}
+
+
+def combined(col: str, aggregation: str, mask: int | None, band: int) -> str:
+    """Level 2: the aggregate over bands 0..``band`` (alias ``b``) from its ``partials``."""
+    within = f"FILTER (WHERE b.band <= {band})"
+    if mask:
+        return _masked_share(f"coalesce(sum(b.{col}_hits_{int(mask)}) {within}, 0)",
+                             f"sum(b.{col}_n) {within}", aggregation)
+    if aggregation == Aggregation.AVG:
+        return f"(sum(b.{col}_sum) {within} / NULLIF(sum(b.{col}_n) {within}, 0))"
+    return f"{aggregation}(b.{col}_{aggregation}) {within}"
 
 
 def point(col: str, aggregation: str, mask: int | None, lo: str, first: str) -> str:
@@ -51,16 +65,19 @@ def point(col: str, aggregation: str, mask: int | None, lo: str, first: str) -> 
             f"/ NULLIF(extract(epoch FROM l.t1 - {first}.t0), 0)")
 
 
-def _masked(col: str, aggregation: str, mask: int) -> str:
-    """Each row counts 1 when (value & mask) <> 0, else 0; the slices' distinct values and
-    their row counts make the share exact."""
+def _mask_hits(col: str, mask: int) -> str:
+    """The slice's rows whose value has any bit of ``mask``: the slices keep their distinct
+    values and the row count of each, so the share is exact."""
     # Most slices hold one distinct value: read it without unnesting.
     one = f"CASE WHEN (s.{col}_vals[1] & {mask}) <> 0 THEN s.{col}_cnts[1] ELSE 0 END"
     many = (f"(SELECT sum(u.c) FROM unnest(s.{col}_vals, s.{col}_cnts) AS u(v, c) "
             f"WHERE (u.v & {mask}) <> 0)")
-    per_slice = f"CASE WHEN cardinality(s.{col}_vals) = 1 THEN {one} ELSE {many} END"
-    hits = f"coalesce(sum({per_slice}) FILTER (WHERE {IN_WINDOW}), 0)"
-    rows = f"sum(s.{col}_n) FILTER (WHERE {IN_WINDOW})"
+    return f"CASE WHEN cardinality(s.{col}_vals) = 1 THEN {one} ELSE {many} END"
+
+
+def _masked_share(hits: str, rows: str, aggregation: str) -> str:
+    """avg: the share of rows with a bit of the mask; max: 1 if any row had one; min: 1 if
+    every row had one."""
     if aggregation == Aggregation.AVG:
         return f"({hits}::float8 / NULLIF({rows}, 0))"
     if aggregation == Aggregation.MAX:
