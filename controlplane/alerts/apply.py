@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
@@ -49,22 +50,54 @@ class AlertRow:
         return self.id
 
 
-_COLUMNS = ", ".join(f"a.{f.name}" for f in fields(AlertRow))
+# Timestamps travel as integer microseconds: tens of thousands of rows a storm cycle, and
+# parsing their text was a third of reading them.
+_TIMES = {f.name for f in fields(AlertRow) if f.type == "datetime | None"}
+_COLUMNS = ", ".join(f"(extract(epoch FROM a.{f.name}) * 1000000)::int8" if f.name in _TIMES
+                     else f"a.{f.name}" for f in fields(AlertRow))
+_TIME_AT = [i for i, f in enumerate(fields(AlertRow)) if f.name in _TIMES]
+UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def load_alerts(rule_ids: list[int], hits: Hits) -> dict[tuple[int, str], AlertRow]:
-    """The alerts of these (rule, target) pairs, and every open alert of these rules."""
+    """Every open alert of these rules, and the closed alerts of these (rule, target) pairs."""
     pairs = [(rule_id, h.target) for rule_id, found in hits.items() for h in found]
     table = Alert._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {_COLUMNS} FROM {table} a JOIN unnest(%s::int8[], %s::text[]) "
+            f"SELECT {_COLUMNS} FROM {table} a WHERE a.rule_id = ANY(%s::int8[]) "
+            f"AND a.state = ANY(%s::text[]) "
+            f"UNION ALL SELECT {_COLUMNS} FROM {table} a JOIN unnest(%s::int8[], %s::text[]) "
             f"AS h(rule_id, target) ON a.rule_id = h.rule_id AND a.target = h.target "
-            f"UNION SELECT {_COLUMNS} FROM {table} a "
-            f"WHERE a.rule_id = ANY(%s) AND a.state = ANY(%s)",
-            [[p[0] for p in pairs], [p[1] for p in pairs], rule_ids, list(OPEN)])
-        rows = [AlertRow(*row) for row in cursor.fetchall()]
+            f"WHERE a.state <> ALL(%s::text[])",
+            [array_literal(rule_ids), array_literal(OPEN), array_literal(p[0] for p in pairs),
+             array_literal(p[1] for p in pairs), array_literal(OPEN)])
+        rows = [_alert_row(row) for row in cursor.fetchall()]
     return {(a.rule_id, a.target): a for a in rows}
+
+
+def _alert_row(row: tuple) -> AlertRow:
+    row = list(row)
+    for i in _TIME_AT:
+        if row[i] is not None:
+            row[i] = UNIX_EPOCH + timedelta(microseconds=row[i])
+    return AlertRow(*row)
+
+
+def array_literal(values: Iterable) -> str:
+    """A PostgreSQL array literal, built as one string: psycopg dumps a list element by
+    element in Python, which was a fifth of a storm cycle's state half."""
+    return "{" + ",".join(_element(v) for v in values) + "}"
+
+
+def _element(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        return f'"{value.isoformat()}"'
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)  # int, float (nan and inf read as NaN and Infinity)
 
 
 def apply_hits(rules: list[AlertRule], hits: Hits,
@@ -104,8 +137,7 @@ def apply_hits(rules: list[AlertRule], hits: Hits,
                 changed.append(alert)
     Alert.objects.bulk_create(new)
     bulk_update_state(changed)
-    AlertEvent.objects.bulk_create(AlertEvent(alert_id=a.id, at=now, from_state=f, to_state=t,
-                                              value=a.value) for a, (f, t) in events)
+    insert_events(events, now)
     return [(by_id[a.rule_id].name, a.target, f, t) for a, (f, t) in events]
 
 
@@ -141,11 +173,25 @@ def bulk_update_state(alerts: list[AlertRow]) -> None:
     cols = ", ".join(f"{f} = u.{f}" for f in _STATE_FIELDS)
     arrays = ", ".join(f"%s::{t}[]" for t in ["int8", *_STATE_FIELDS.values()])
     names = ", ".join(["id", *_STATE_FIELDS])
-    params = [[a.id for a in alerts],
-              *([getattr(a, f) for a in alerts] for f in _STATE_FIELDS)]
+    params = [array_literal(a.id for a in alerts),
+              *(array_literal(getattr(a, f) for a in alerts) for f in _STATE_FIELDS)]
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {Alert._meta.db_table} a SET {cols} "
                        f"FROM unnest({arrays}) AS u({names}) WHERE a.id = u.id", params)
+
+
+def insert_events(events: list[tuple[AlertRow, tuple[str, str]]], now: datetime) -> None:
+    """The cycle's transitions as AlertEvent rows, in one INSERT … SELECT FROM unnest."""
+    if not events:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {AlertEvent._meta.db_table} (alert_id, at, from_state, to_state, "
+            f"value, note) SELECT u.id, %s, u.f, u.t, u.v, '' "
+            f"FROM unnest(%s::int8[], %s::text[], %s::text[], %s::float8[]) AS u(id, f, t, v)",
+            [now, array_literal(a.id for a, _ in events),
+             array_literal(m[0] for _, m in events), array_literal(m[1] for _, m in events),
+             array_literal(a.value for a, _ in events)])
 
 
 def _new_alert(rule: AlertRule, hit: Hit, names: FleetNames) -> Alert:
