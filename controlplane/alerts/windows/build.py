@@ -125,9 +125,10 @@ def build_sql(table: SliceTable) -> str:
         names += [f"{c.name}_{p}" for p in ("n", "sum", "min", "max", "first", "last")]
     joins = []
     for i, c in enumerate(table.bitmasks):
-        joins.append(f"LEFT JOIN ({_distinct_values(table, c.name, head, scope, group)}) b{i} "
-                     f"ON {_same(keys, f'b{i}')}")
-        cols += [f"b{i}.vals", f"b{i}.cnts"]
+        joins.append(f"LEFT JOIN LATERAL ({_distinct_values(table, c.name)}) b{i} ON true")
+        one = f"g.{c.name}_min = g.{c.name}_max"
+        cols += [f"CASE WHEN {one} THEN ARRAY[g.{c.name}_min::int8] ELSE b{i}.vals END",
+                 f"CASE WHEN {one} THEN ARRAY[g.{c.name}_n] ELSE b{i}.cnts END"]
         names += [f"{c.name}_vals", f"{c.name}_cnts"]
     for i, m in enumerate(table.histograms):
         joins.append(f"LEFT JOIN ({_histogram(table, m.key, head, scope, group)}) h{i} "
@@ -155,13 +156,15 @@ def _same(keys: tuple[str, ...], alias: str) -> str:
     return " AND ".join([*(f"{alias}.{k} = g.{k}" for k in keys), f"{alias}.s = g.s"])
 
 
-def _distinct_values(table: SliceTable, col: str, head: str, scope: str, group: str) -> str:
-    """A bitmask's distinct values in the slice and how many rows had each."""
-    inner = (f"SELECT {head}, t.{col} AS v, count(*)::int4 AS c {scope} "
-             f"AND t.{col} IS NOT NULL GROUP BY {group}, {len(table.keys) + 2}")
-    keys = ", ".join(f"x.{k}" for k in table.keys)
-    return (f"SELECT {keys}, x.s, array_agg(x.v) AS vals, array_agg(x.c) AS cnts "
-            f"FROM ({inner}) x GROUP BY {keys}, x.s")
+def _distinct_values(table: SliceTable, col: str) -> str:
+    """A bitmask's distinct values in the slice and how many rows had each. Most slices hold
+    one value (min = max: no lookup); the others read their raw rows again."""
+    match = " AND ".join(f"p.{k} = g.{k}" for k in table.keys)
+    per_value = (f"SELECT p.{col} AS v, count(*)::int4 AS c FROM {table.raw.name} p "
+                 f"WHERE {match} AND p.ts > g.s AND p.ts <= g.t1 AND p.{col} IS NOT NULL "
+                 f"GROUP BY 1")
+    return (f"SELECT array_agg(x.v ORDER BY x.v) AS vals, array_agg(x.c ORDER BY x.v) AS cnts "
+            f"FROM ({per_value}) x WHERE g.{col}_min <> g.{col}_max")
 
 
 def _histogram(table: SliceTable, key: str, head: str, scope: str, group: str) -> str:
