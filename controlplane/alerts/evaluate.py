@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -37,13 +39,15 @@ class CycleResult:
 
 def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> CycleResult:
     now = now or timezone.now()
+    # Other connections see only committed rows: inside a caller's transaction, one lane.
+    lanes = 1 if connection.in_atomic_block else settings.PITWALL["ALERT_EVAL_LANES"]
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
             if not cursor.fetchone()[0]:
                 return CycleResult(skipped=True)
         rules = claim_rules(now, rule_ids)
-        hits = scoped(rules, run_queries(rules, now))
+        hits = scoped(rules, run_queries(rules, now, lanes))
         result = CycleResult(rules=len(rules), hits=sum(map(len, hits.values())))
         result.transitions = apply_hits(rules, hits, now)
     return result
@@ -61,18 +65,55 @@ def claim_rules(now: datetime, rule_ids: list[int] | None) -> list[AlertRule]:
     return claimed
 
 
-def run_queries(rules: list[AlertRule], now: datetime) -> Hits:
-    """Inside a transaction: bring the slices up to ``now``, then every rule's query."""
+# The entities whose slices each lane folds and queries: the GPU rows are most of the work.
+LANES: tuple[frozenset[str], ...] = (frozenset({"gpu"}), frozenset({"host", "engine", "proc"}))
+
+
+def run_queries(rules: list[AlertRule], now: datetime, lanes: int = 1) -> Hits:
+    """Inside a transaction: bring the slices up to ``now``, then every rule's query.
+
+    With ``lanes`` > 1 the slices of each lane's entities are folded and the rules that read
+    only them run on a connection of its own, in a transaction of its own, side by side (a
+    cycle is SQL-bound and PostgreSQL runs one statement on one core); the rules that read
+    across lanes run after, in this transaction, over the committed slices."""
+    needs = slice_needs(rules)
+    if lanes < 2:
+        return _lane(rules, now, needs)
+    groups: list[list[AlertRule]] = [[] for _ in LANES]
+    across: list[AlertRule] = []
+    for rule in rules:
+        lane = next((i for i, ent in enumerate(LANES) if _reads(rule) <= ent), None)
+        (across if lane is None else groups[lane]).append(rule)
+    with ThreadPoolExecutor(len(LANES)) as pool:
+        futures = [pool.submit(_own_connection, group, now,
+                               {e: w for e, w in needs.items() if e in ent})
+                   for group, ent in zip(groups, LANES, strict=True)]
+        hits: Hits = {}
+        for future in futures:
+            hits.update(future.result())
+    hits.update(_lane(across, now, {}))
+    return hits
+
+
+def _own_connection(rules: list[AlertRule], now: datetime, needs: dict[str, int]) -> Hits:
+    try:
+        with transaction.atomic():
+            return _lane(rules, now, needs)
+    finally:
+        connection.close()  # this thread's connection, back to the pool
+
+
+def _lane(rules: list[AlertRule], now: datetime, needs: dict[str, int]) -> Hits:
     with connection.cursor() as cursor:
         # These statements carry hundreds of expressions: PostgreSQL's JIT would spend
         # seconds compiling them for runs of a few hundred milliseconds (BENCHMARKS.md §7).
         cursor.execute("SET LOCAL jit = off")
-        # A Memoize node in front of the per-target VALUES list hashes every column it reads
-        # and never hits: it tripled the cost of the GPU query.
+        # A Memoize node in front of the per-target lookups hashes every column it reads
+        # and never hits.
         cursor.execute("SET LOCAL enable_memoize = off")
         # Hundreds of aggregate states per target: grouped in memory, not spilled to disk.
         cursor.execute("SET LOCAL work_mem = '64MB'")
-    windows.refresh(now, slice_needs(rules))
+    windows.refresh(now, needs)
     hits: Hits = defaultdict(list)
     hits.update(threshold_hits([r for r in rules if r.kind == RuleKind.THRESHOLD], now))
     for rule in rules:
@@ -81,12 +122,18 @@ def run_queries(rules: list[AlertRule], now: datetime) -> Hits:
     return hits
 
 
+def _reads(rule: AlertRule) -> frozenset[str]:
+    """The entities whose slices a rule reads."""
+    if rule.kind in NAMED:
+        return frozenset(NAMED_READS[rule.kind])
+    return frozenset({rule_metric(rule).entity})
+
+
 def slice_needs(rules: list[AlertRule]) -> dict[str, int]:
     """The longest window each entity's slices must cover for these rules."""
     needs: dict[str, int] = {}
     for rule in rules:
-        entities = NAMED_READS[rule.kind] if rule.kind in NAMED else (rule_metric(rule).entity,)
-        for entity in entities:
+        for entity in _reads(rule):
             needs[entity] = max(needs.get(entity, 0), rule.window_s)
     return needs
 
