@@ -1,12 +1,12 @@
 """Threshold rules as set-based SQL: one query per entity for every rule on it.
 
 All the rules on one entity share one scan of its slices (windows/: 10-s partial aggregates
-of the raw rows) over the longest window among them; each distinct (metric, aggregation, mask,
-window) is one aggregate with a FILTER on its own window. The comparison happens in SQL too: a
-lateral VALUES list holds one row per rule, and only the (rule, target) pairs whose condition
-holds come back. Histogram quantiles sum the
-slices' bucket counts per engine in SQL and interpolate per engine in Python
-(``histogram_quantile``), one query per (metric, window).
+of the raw rows) over the longest aggregate window among them, folded into bands and the bands
+into each window (``windows.sql``); ``last`` and ``rate`` read their slices by primary key. The
+comparison happens in SQL too: per target every rule's value is computed once, and only the
+(rule, target) pairs whose condition holds come back. Histogram quantiles sum the slices'
+bucket counts per engine in SQL and interpolate per engine in Python (``histogram_quantile``),
+one query per (metric, window).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
     # slice of each window a `last` or `rate` reads (f<start>)
     on = " AND ".join(f"x.{k} = t.{k}" for k in shape.keys)
     fetches = [f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {on} ORDER BY x.ts DESC "
-               f"LIMIT 1) l ON true"]
+               f"LIMIT 1) l ON true"] if len(aggregates) < len(group) else []
     firsts: dict[str, str] = {}
     for rule, metric in group:
         if rule.aggregation in POINTS:
@@ -128,9 +128,8 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
                        for i, (r, _) in enumerate(group, start=1))
     value_of_hit = f"(ARRAY[{', '.join(f'x.v{i}' for i in range(1, n + 1))}])[r.i]"
     sources = _target_rows(shape, table, group, now)
-    if aggregates:
-        sources += f" LEFT JOIN a ON {' AND '.join(f'a.{k} = t.{k}' for k in shape.keys)}"
     if windows_sql:
+        sources += f" LEFT JOIN a ON {' AND '.join(f'a.{k} = t.{k}' for k in shape.keys)}"
         windows_sql = f"WITH {windows_sql} "
     sql = (f"{windows_sql}SELECT r.i, {shape.cols}, {value_of_hit} FROM {sources} "
            f"{' '.join(fetches)} "

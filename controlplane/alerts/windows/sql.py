@@ -9,8 +9,8 @@ Filtering every slice row by every window, as the first design did, evaluated ea
 and its FILTER on every row once per window (BENCHMARKS.md §7).
 
 ``last`` and ``rate`` read two slices per target instead (``point``): the newest one (alias
-``l``) and the oldest one of the window (alias ``f<n>``), found by the bands' ``max(ts)`` and
-``min(ts)`` and fetched by primary key.
+``l``) and the oldest one of the window (alias ``f<n>``), each fetched by primary key
+(``ORDER BY ts … LIMIT 1`` per target), so the band scan covers the aggregate windows only.
 """
 
 from __future__ import annotations
