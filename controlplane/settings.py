@@ -212,8 +212,8 @@ PITWALL = {
     # Alerts (docs/alerts.md): rules are evaluated every ALERT_EVAL_INTERVAL_S; the default
     # pack's TTFT p99 rule fires above ALERT_TTFT_P99_OBJECTIVE_MS (read when the pack loads).
     "ALERT_EVAL_INTERVAL_S": envint("PITWALL_ALERT_EVAL_INTERVAL_S", 10, minimum=1),
-    # Connections one evaluation cycle runs its SQL on side by side: 1 runs all on one; 2 or
-    # more, the two lanes of alerts/evaluate.py LANES (GPU; host, engine, process).
+    # Connections one evaluation cycle runs on side by side, each over a shard of the hosts
+    # (host id mod lanes, alerts/shards.py): about the cores PostgreSQL can give it.
     "ALERT_EVAL_LANES": envint("PITWALL_ALERT_EVAL_LANES", 2, minimum=1),
     # Beat's dispatch_notifications and deliver_due ticks (controlplane/celery.py reads it too).
     "ALERT_DISPATCH_INTERVAL_S": envint("PITWALL_ALERT_DISPATCH_INTERVAL_S", 5, minimum=1),

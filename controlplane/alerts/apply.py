@@ -18,7 +18,8 @@ from controlplane.alerts.models import Alert, AlertEvent, AlertRule, AlertState
 from controlplane.alerts.names import FleetNames
 from controlplane.alerts.queries import Hit, Hits
 from controlplane.alerts.rules import render_summary
-from controlplane.alerts.state import step
+from controlplane.alerts.shards import WHOLE, Shard
+from controlplane.alerts.state import FOR_SLACK, step
 
 OPEN = (AlertState.PENDING, AlertState.FIRING)
 
@@ -52,28 +53,63 @@ class AlertRow:
 
 # Timestamps travel as integer microseconds: tens of thousands of rows a storm cycle, and
 # parsing their text was a third of reading them.
-_TIMES = {f.name for f in fields(AlertRow) if f.type == "datetime | None"}
-_COLUMNS = ", ".join(f"(extract(epoch FROM a.{f.name}) * 1000000)::int8" if f.name in _TIMES
-                     else f"a.{f.name}" for f in fields(AlertRow))
-_TIME_AT = [i for i, f in enumerate(fields(AlertRow)) if f.name in _TIMES]
+_FIELDS = fields(AlertRow)
+_TIMES = {f.name for f in _FIELDS if f.type == "datetime | None"}
+
+
+def _columns(alias: str) -> str:
+    return ", ".join(f"(extract(epoch FROM {alias}.{f.name}) * 1000000)::int8"
+                     if f.name in _TIMES else f"{alias}.{f.name}" for f in _FIELDS)
+
+
+_TIME_AT = [i for i, f in enumerate(_FIELDS) if f.name in _TIMES]
 UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def load_alerts(rule_ids: list[int], hits: Hits) -> dict[tuple[int, str], AlertRow]:
-    """Every open alert of these rules, and the closed alerts of these (rule, target) pairs."""
+def load_alerts(rule_ids: list[int], hits: Hits, now: datetime, shard: Shard = WHOLE
+                ) -> tuple[dict[tuple[int, str], AlertRow], set[tuple[int, str]]]:
+    """The alerts this cycle may change: the open alerts of these rules in the shard and the
+    closed alerts of these hits. Also the (rule, target) pairs that are settled: an open alert
+    whose condition still holds and that ``step`` would neither move nor write (``_SETTLED``);
+    in a storm most of the firing alerts are, and they are neither read nor stepped."""
     pairs = [(rule_id, h.target) for rule_id, found in hits.items() for h in found]
-    table = Alert._meta.db_table
+    table, rules = Alert._meta.db_table, AlertRule._meta.db_table
+    padding = ", ".join(["NULL"] * (len(_FIELDS) - 3))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {_COLUMNS} FROM {table} a WHERE a.rule_id = ANY(%s::int8[]) "
-            f"AND a.state = ANY(%s::text[]) "
-            f"UNION ALL SELECT {_COLUMNS} FROM {table} a JOIN unnest(%s::int8[], %s::text[]) "
-            f"AS h(rule_id, target) ON a.rule_id = h.rule_id AND a.target = h.target "
-            f"WHERE a.state <> ALL(%s::text[])",
-            [array_literal(rule_ids), array_literal(OPEN), array_literal(p[0] for p in pairs),
-             array_literal(p[1] for p in pairs), array_literal(OPEN)])
-        rows = [_alert_row(row) for row in cursor.fetchall()]
-    return {(a.rule_id, a.target): a for a in rows}
+            f"WITH h AS MATERIALIZED (SELECT * FROM unnest(%(hr)s::int8[], %(ht)s::text[]) "
+            f"  AS h(rule_id, target)), "
+            f"o AS MATERIALIZED (SELECT a.*, coalesce(h.rule_id IS NOT NULL AND {_SETTLED}, "
+            f"  false) AS settled FROM {table} a JOIN {rules} r ON r.id = a.rule_id "
+            f"  LEFT JOIN h ON h.rule_id = a.rule_id AND h.target = a.target "
+            f"  WHERE a.rule_id = ANY(%(rules)s::int8[]) AND a.state = ANY(%(open)s::text[]) "
+            f"  AND {shard.hosts('a.host_id')}) "
+            f"SELECT false, {_columns('o')} FROM o WHERE NOT o.settled "
+            f"UNION ALL SELECT true, NULL, o.rule_id, o.target, {padding} FROM o WHERE o.settled "
+            f"UNION ALL SELECT false, {_columns('a')} FROM {table} a JOIN h "
+            f"ON a.rule_id = h.rule_id AND a.target = h.target "
+            f"WHERE a.state <> ALL(%(open)s::text[])",
+            {"hr": array_literal(p[0] for p in pairs), "ht": array_literal(p[1] for p in pairs),
+             "rules": array_literal(rule_ids), "open": array_literal(OPEN), "now": now,
+             "refresh": VALUE_REFRESH, "slack": FOR_SLACK})
+        known, settled = {}, set()
+        for row in cursor.fetchall():
+            if row[0]:
+                settled.add((row[2], row[3]))
+            else:
+                alert = _alert_row(row[1:])
+                known[(alert.rule_id, alert.target)] = alert
+    return known, settled
+
+
+# Mirrors ``step`` for an open alert whose condition holds: no transition (firing, or pending
+# short of ``for``) and no write (held_until_now and no _refresh_due). tests/alerts check that
+# every pair it skips, stepped in Python, would do nothing.
+_SETTLED = (
+    "a.last_true_at IS NOT NULL AND a.last_true_at = a.last_evaluated_at "
+    "AND a.last_evaluated_at > %(now)s - %(refresh)s "
+    "AND (a.state = 'firing' OR a.active_since + r.for_s * interval '1 second' - %(slack)s "
+    "     > %(now)s)")
 
 
 def _alert_row(row: tuple) -> AlertRow:
@@ -100,14 +136,17 @@ def _element(value: object) -> str:
     return repr(value)  # int, float (nan and inf read as NaN and Infinity)
 
 
-def apply_hits(rules: list[AlertRule], hits: Hits,
-               now: datetime) -> list[tuple[str, str, str, str]]:
-    """Step, write, and return the transitions as (rule name, target, from, to)."""
+def apply_hits(rules: list[AlertRule], hits: Hits, now: datetime,
+               shard: Shard = WHOLE) -> list[tuple[str, str, str, str]]:
+    """Step the alerts of the shard's targets, write, and return the transitions as (rule
+    name, target, from, to)."""
     by_id = {r.id: r for r in rules}
-    known = load_alerts(list(by_id), hits)
-    names = FleetNames.load(hits, known.values())
+    known, settled = load_alerts(list(by_id), hits, now, shard)
+    live = {rule_id: [h for h in found if (rule_id, h.target) not in settled]
+            for rule_id, found in hits.items()}
+    names = FleetNames.load(live, known.values())
     new, changed, events = [], [], []
-    for rule_id, found in hits.items():
+    for rule_id, found in live.items():
         rule = by_id[rule_id]
         for hit in found:
             alert = known.pop((rule_id, hit.target), None)

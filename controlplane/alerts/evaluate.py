@@ -25,6 +25,7 @@ from controlplane.alerts.named import READS as NAMED_READS
 from controlplane.alerts.names import hostnames
 from controlplane.alerts.queries import Hits, threshold_hits
 from controlplane.alerts.rules import rule_metric
+from controlplane.alerts.shards import WHOLE, Shard, shards
 
 LOCK_KEY = 0x50_41_4C_52  # "PALR": one evaluator at a time across the cluster
 
@@ -33,7 +34,7 @@ LOCK_KEY = 0x50_41_4C_52  # "PALR": one evaluator at a time across the cluster
 class CycleResult:
     skipped: bool = False
     rules: int = 0
-    hits: int = 0
+    hits: int = 0  # (rule, target) pairs whose condition holds
     transitions: list[tuple[str, str, str, str]] = field(default_factory=list)
 
 
@@ -47,9 +48,10 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
             if not cursor.fetchone()[0]:
                 return CycleResult(skipped=True)
         rules = claim_rules(now, rule_ids)
-        hits = scoped(rules, run_queries(rules, now, lanes))
-        result = CycleResult(rules=len(rules), hits=sum(map(len, hits.values())))
-        result.transitions = apply_hits(rules, hits, now)
+        result = CycleResult(rules=len(rules))
+        for hits, transitions in _in_lanes(rules, now, shards(lanes)):
+            result.hits += hits
+            result.transitions += transitions
     return result
 
 
@@ -65,45 +67,37 @@ def claim_rules(now: datetime, rule_ids: list[int] | None) -> list[AlertRule]:
     return claimed
 
 
-# The entities whose slices each lane folds and queries: the GPU rows are most of the work.
-LANES: tuple[frozenset[str], ...] = (frozenset({"gpu"}), frozenset({"host", "engine", "proc"}))
+Outcome = tuple[int, list[tuple[str, str, str, str]]]  # hits, transitions
 
 
-def run_queries(rules: list[AlertRule], now: datetime, lanes: int = 1) -> Hits:
-    """Inside a transaction: bring the slices up to ``now``, then every rule's query.
-
-    With ``lanes`` > 1 the slices of each lane's entities are folded and the rules that read
-    only them run on a connection of its own, in a transaction of its own, side by side (a
-    cycle is SQL-bound and PostgreSQL runs one statement on one core); the rules that read
-    across lanes run after, in this transaction, over the committed slices."""
-    needs = slice_needs(rules)
-    if lanes < 2:
-        return _lane(rules, now, needs)
-    groups: list[list[AlertRule]] = [[] for _ in LANES]
-    across: list[AlertRule] = []
-    for rule in rules:
-        lane = next((i for i, ent in enumerate(LANES) if _reads(rule) <= ent), None)
-        (across if lane is None else groups[lane]).append(rule)
-    with ThreadPoolExecutor(len(LANES)) as pool:
-        futures = [pool.submit(_own_connection, group, now,
-                               {e: w for e, w in needs.items() if e in ent})
-                   for group, ent in zip(groups, LANES, strict=True)]
-        hits: Hits = {}
-        for future in futures:
-            hits.update(future.result())
-    hits.update(_lane(across, now, {}))
-    return hits
+def _in_lanes(rules: list[AlertRule], now: datetime, parts: list[Shard]) -> list[Outcome]:
+    """One shard: in this transaction. More: each shard of the fleet on a connection and in a
+    transaction of its own, side by side (a cycle is SQL-bound and PostgreSQL runs one
+    statement on one core); this transaction keeps the lock and the claims until all end. A
+    shard that fails leaves the others' alerts stepped; the claims roll back with the error,
+    so the next cycle evaluates every rule again."""
+    if len(parts) == 1:
+        return [_cycle(rules, now, parts[0])]
+    with ThreadPoolExecutor(len(parts)) as pool:
+        return list(pool.map(lambda shard: _own_connection(rules, now, shard), parts))
 
 
-def _own_connection(rules: list[AlertRule], now: datetime, needs: dict[str, int]) -> Hits:
+def _own_connection(rules: list[AlertRule], now: datetime, shard: Shard) -> Outcome:
     try:
         with transaction.atomic():
-            return _lane(rules, now, needs)
+            return _cycle(rules, now, shard)
     finally:
         connection.close()  # this thread's connection, back to the pool
 
 
-def _lane(rules: list[AlertRule], now: datetime, needs: dict[str, int]) -> Hits:
+def _cycle(rules: list[AlertRule], now: datetime, shard: Shard) -> Outcome:
+    hits = scoped(rules, run_queries(rules, now, shard))
+    return sum(map(len, hits.values())), apply_hits(rules, hits, now, shard)
+
+
+def run_queries(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) -> Hits:
+    """Inside a transaction: bring the shard's slices up to ``now``, then every rule's query
+    over the shard's targets."""
     with connection.cursor() as cursor:
         # These statements carry hundreds of expressions: PostgreSQL's JIT would spend
         # seconds compiling them for runs of a few hundred milliseconds (BENCHMARKS.md §7).
@@ -113,12 +107,12 @@ def _lane(rules: list[AlertRule], now: datetime, needs: dict[str, int]) -> Hits:
         cursor.execute("SET LOCAL enable_memoize = off")
         # Hundreds of aggregate states per target: grouped in memory, not spilled to disk.
         cursor.execute("SET LOCAL work_mem = '64MB'")
-    windows.refresh(now, needs)
+    windows.refresh(now, slice_needs(rules), shard)
     hits: Hits = defaultdict(list)
-    hits.update(threshold_hits([r for r in rules if r.kind == RuleKind.THRESHOLD], now))
+    hits.update(threshold_hits([r for r in rules if r.kind == RuleKind.THRESHOLD], now, shard))
     for rule in rules:
         if rule.kind in NAMED:
-            hits[rule.id] = NAMED[rule.kind](rule, now)
+            hits[rule.id] = NAMED[rule.kind](rule, now, shard)
     return hits
 
 

@@ -20,6 +20,7 @@ from django.db import connection
 from agents.protocol import Metric
 from controlplane.alerts.models import Aggregation, AlertRule, Op
 from controlplane.alerts.rules import rule_metric
+from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.alerts.windows.build import window_start
 from controlplane.alerts.windows.schema import SLICES
 from controlplane.alerts.windows.sql import POINTS, combined, partials, point
@@ -77,7 +78,7 @@ def fetch(sql: str, params: list) -> list[tuple]:
         return cursor.fetchall()
 
 
-def threshold_hits(rules: list[AlertRule], now: datetime) -> Hits:
+def threshold_hits(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) -> Hits:
     by_entity: dict[str, list[tuple[AlertRule, Metric]]] = defaultdict(list)
     quantiles: dict[tuple[str, int], list[AlertRule]] = defaultdict(list)
     for rule in rules:
@@ -88,22 +89,22 @@ def threshold_hits(rules: list[AlertRule], now: datetime) -> Hits:
             by_entity[metric.entity].append((rule, metric))
     hits: Hits = defaultdict(list)
     for entity, group in by_entity.items():
-        for i, *row in fetch(*_entity_query(entity, group, now)):
+        for i, *row in fetch(*_entity_query(entity, group, now, shard)):
             hits[group[i - 1][0].id].append(Hit(*row))
     for group in quantiles.values():
-        for rule_id, found in _quantile_hits(group, now).items():
+        for rule_id, found in _quantile_hits(group, now, shard).items():
             hits[rule_id] += found
     return hits
 
 
-def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
-                  now: datetime) -> tuple[str, list]:
+def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]], now: datetime,
+                  shard: Shard = WHOLE) -> tuple[str, list]:
     """One query for every rule of the entity: per target, the aggregates of every window
     (``_windows``), the slices ``last`` and ``rate`` read (by primary key), each rule's value,
     and the positions (1-based, in ``group``) of the rules whose condition holds."""
     shape, table = _TARGETS[entity], SLICES[entity].name
     aggregates = [(rule, m) for rule, m in group if rule.aggregation not in POINTS]
-    value_of_rule, windows_sql = _windows(shape, table, aggregates, now)
+    value_of_rule, windows_sql = _windows(entity, aggregates, now, shard)
     # one primary-key lookup per target and slice read: the newest slice (l), and the oldest
     # slice of each window a `last` or `rate` reads (f<start>)
     on = " AND ".join(f"x.{k} = t.{k}" for k in shape.keys)
@@ -127,7 +128,7 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
     checks = ", ".join(f"CASE WHEN x.v{i} {SQL_OP[r.op]} %s::float8 THEN {i} END"
                        for i, (r, _) in enumerate(group, start=1))
     value_of_hit = f"(ARRAY[{', '.join(f'x.v{i}' for i in range(1, n + 1))}])[r.i]"
-    sources = _target_rows(shape, table, group, now)
+    sources = _target_rows(entity, group, now, shard)
     if windows_sql:
         sources += f" LEFT JOIN a ON {' AND '.join(f'a.{k} = t.{k}' for k in shape.keys)}"
         windows_sql = f"WITH {windows_sql} "
@@ -138,8 +139,8 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]],
     return sql, [rule.threshold for rule, _ in group]
 
 
-def _windows(shape: _Targets, table: str, aggregates: list[tuple[AlertRule, Metric]],
-             now: datetime) -> tuple[dict[int, str], str]:
+def _windows(entity: str, aggregates: list[tuple[AlertRule, Metric]], now: datetime,
+             shard: Shard) -> tuple[dict[int, str], str]:
     """The CTEs ``b`` (slices folded into bands) and ``a`` (bands into each window, a row per
     target), and each rule's value as a column of ``a`` (``windows.sql`` says why bands)."""
     if not aggregates:
@@ -156,31 +157,36 @@ def _windows(shape: _Targets, table: str, aggregates: list[tuple[AlertRule, Metr
         sql = combined(col, rule.aggregation, rule.bitmask,
                        band_of[window_start(now, rule.window_s)])
         value_of_rule[rule.id] = f"a.{aggs.setdefault(sql, f'v{len(aggs)}')}"
+    shape, table = _TARGETS[entity], SLICES[entity].name
     keys = ", ".join(shape.keys)
     band = " ".join(f"WHEN s.ts >= {_literal(lo)} THEN {i}" for i, lo in enumerate(starts))
     level1 = ", ".join(f"{sql} AS {alias}" for alias, sql in parts.items())
     level2 = ", ".join(f"({sql})::float8 AS {alias}" for sql, alias in aggs.items())
     return value_of_rule, (
         f"b AS (SELECT {keys}, CASE {band} END AS band, {level1} FROM {table} s "
-        f"WHERE s.ts >= {_literal(starts[-1])} GROUP BY {keys}, band), "
+        f"WHERE s.ts >= {_literal(starts[-1])} AND {shard.rows(entity, 's')} "
+        f"GROUP BY {keys}, band), "
         f"a AS (SELECT {keys}, {level2} FROM b GROUP BY {keys})")
 
 
-def _target_rows(shape: _Targets, table: str, group: list[tuple[AlertRule, Metric]],
-                 now: datetime) -> str:
+def _target_rows(entity: str, group: list[tuple[AlertRule, Metric]], now: datetime,
+                 shard: Shard) -> str:
+    shape, table = _TARGETS[entity], SLICES[entity].name
     if shape.rows is not None:
-        return f"({shape.rows}) t"
+        if shard.whole:
+            return f"({shape.rows}) t"
+        return f"(SELECT * FROM ({shape.rows}) r WHERE {shard.hosts('r.host_id')}) t"
     keys = ", ".join(shape.keys)
     lo = _literal(window_start(now, max(rule.window_s for rule, _ in group)))
-    return (f"(SELECT {keys}, max(engine_id) AS engine_id FROM {table} "
-            f"WHERE ts >= {lo} GROUP BY {keys}) t")
+    return (f"(SELECT {keys}, max(engine_id) AS engine_id FROM {table} s "
+            f"WHERE ts >= {lo} AND {shard.rows(entity, 's')} GROUP BY {keys}) t")
 
 
 def _literal(at: datetime) -> str:
     return f"TIMESTAMPTZ '{at.isoformat()}'"
 
 
-def _quantile_hits(group: list[AlertRule], now: datetime) -> Hits:
+def _quantile_hits(group: list[AlertRule], now: datetime, shard: Shard) -> Hits:
     """Bucket counts summed per (engine, layout) over the window in SQL; the quantile of each
     engine from the layout holding most observations (a layout change inside the window)."""
     metric = rule_metric(group[0])
@@ -191,6 +197,7 @@ def _quantile_hits(group: list[AlertRule], now: datetime) -> Hits:
         f"      FROM {SLICES[metric.entity].name} t "
         f"      CROSS JOIN LATERAL unnest(t.{counts}) WITH ORDINALITY AS u(c, i) "
         f"      WHERE t.ts >= %s AND t.{counts} IS NOT NULL "
+        f"      AND {shard.rows(metric.entity, 't')} "
         f"      GROUP BY 1, 2, 3) s "
         f"JOIN fleet_engine e ON e.id = s.engine_id GROUP BY 1, 2, 3",
         [window_start(now, group[0].window_s)])

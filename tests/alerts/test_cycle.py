@@ -12,7 +12,7 @@ from controlplane.alerts.models import Alert, AlertRule, RuleKind
 from controlplane.alerts.tasks import evaluate_rules
 from controlplane.alerts.windows.schema import all_names as slice_tables
 from controlplane.celery import app
-from tests.alerts.conftest import T0, rule, samples
+from tests.alerts.conftest import T0, make_node, rule, samples
 
 
 def test_a_second_worker_skips_the_cycle_while_the_first_holds_it(empty_samples):
@@ -51,34 +51,46 @@ def test_beat_runs_the_evaluation_every_10_seconds_by_default():
     assert entry["schedule"] == 10.0
 
 
-def test_side_by_side_lanes_find_what_one_connection_finds(node, settings):
-    """GPU slices on one connection, host/engine/proc on another, and a rule that reads across
-    both (cpu_bound_engine: process CPU and GPU utilisation) after them."""
+def test_lanes_over_shards_of_the_hosts_find_what_one_connection_finds(empty_samples, settings):
+    """Each lane folds, queries and steps the targets of its hosts (host id mod lanes), a rule
+    that joins an engine's processes and GPUs (cpu_bound_engine) included; together they find
+    what one connection finds, in two steps of the state machine."""
+    nodes = [make_node(f"shard-node-{i}") for i in range(3)]
+    assert len({n.host.id % 2 for n in nodes}) == 2  # both shards of two lanes have hosts
     start = T0 - timedelta(minutes=5)
-    for gpu in node.gpus:
-        samples("gpu", {"gpu_id": gpu.id}, lambda ts: {"temp_c": 91.0, "util_pct": 40.0}, start)
-    samples("host", {"host_id": node.host.id}, lambda ts: {"cpu_pct": 88.0}, start)
-    samples("engine", {"engine_id": node.engine.id}, lambda ts: {"requests_waiting": 3.0}, start)
-    samples("proc", {"host_id": node.host.id, "pid": 4242},
-            lambda ts: {"engine_id": node.engine.id, "cpu_pct": 99.5}, start)
+    for n in nodes:
+        for gpu in n.gpus:
+            samples("gpu", {"gpu_id": gpu.id}, lambda ts: {"temp_c": 91.0, "util_pct": 40.0},
+                    start)
+        samples("host", {"host_id": n.host.id}, lambda ts: {"cpu_pct": 88.0}, start)
+        samples("engine", {"engine_id": n.engine.id}, lambda ts: {"requests_waiting": 3.0},
+                start)
+        samples("proc", {"host_id": n.host.id, "pid": 4242},
+                lambda ts, n=n: {"engine_id": n.engine.id, "cpu_pct": 99.5}, start)
     rules = [rule(metric="gpu.temp_c", aggregation="max", window_s=60, op=">", threshold=85),
-             rule(metric="host.cpu_pct", aggregation="avg", window_s=120, op=">", threshold=75),
+             rule(metric="host.cpu_pct", aggregation="avg", window_s=120, op=">", threshold=75,
+                  for_s=10),
              rule(metric="engine.requests_waiting", aggregation="last", window_s=60, op=">",
                   threshold=0),
              rule(kind=RuleKind.CPU_BOUND_ENGINE, window_s=120, op=">=", threshold=95,
                   params={"gpu_util_below": 85})]
     ids = [r.id for r in rules]
     found = {}
-    for lanes in (1, 2):
+    for lanes in (1, 2, 3):
         settings.PITWALL = {**settings.PITWALL, "ALERT_EVAL_LANES": lanes}
         Alert.objects.all().delete()
         AlertRule.objects.update(last_evaluated_at=None)
         truncate_slices()
-        evaluate(T0, rule_ids=ids)
-        found[lanes] = sorted(Alert.objects.filter(rule_id__in=ids)
-                              .values_list("rule_id", "target", "value", "state"))
-    assert len(found[1]) == 5  # two GPUs, the host, the engine, and the engine's CPU bound
+        hits = [evaluate(T0 - timedelta(seconds=10), rule_ids=ids).hits,
+                evaluate(T0, rule_ids=ids).hits]
+        found[lanes] = (hits, sorted(Alert.objects.filter(rule_id__in=ids)
+                                     .values_list("rule_id", "target", "value", "state")))
+    # per node: two GPUs, the host (pending, then firing), the engine, its CPU bound
+    assert found[1][0] == [15, 15]
+    assert len(found[1][1]) == 15
+    assert {state for *_, state in found[1][1]} == {"firing"}
     assert found[2] == found[1]
+    assert found[3] == found[1]
 
 
 def truncate_slices() -> None:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection
 
 from agents.protocol import Entity
+from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.alerts.windows.schema import SLICE_S, SLICES, STATE_TABLE, SliceTable
 
 # Rows that arrive up to this long after their timestamp still count (see the module doc).
@@ -41,30 +42,32 @@ def window_start(now: datetime, window_s: int) -> datetime:
     return floor_slice(now - timedelta(seconds=window_s))
 
 
-def refresh(now: datetime, needs: dict[Entity, int]) -> None:
-    """Bring each entity's slices up to ``now`` for windows up to ``needs[entity]`` seconds."""
+def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE) -> None:
+    """Bring each entity's slices up to ``now`` for windows up to ``needs[entity]`` seconds,
+    for the targets of ``shard`` (each shard keeps a watermark of its own)."""
     with connection.cursor() as cursor:
         # the grouping sorts ~100 MB at fleet scale: in memory, not in temp files
         cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE}")
         marks = {entity: (lo, hi) for entity, lo, hi in cursor.fetchall()}
         for entity, longest in needs.items():
-            table = SLICES[entity]
+            table, key = SLICES[entity], entity + shard.suffix
             lo = window_start(now, longest)
-            mark = marks.get(entity)
+            mark = marks.get(key)
             if mark is None or mark[0] > lo or mark[1] > now:
                 start = lo  # nothing usable: rebuild the whole span
             else:
                 start = max(floor_slice(mark[1] - timedelta(seconds=LATE_S)), lo)
-            cursor.execute(f"DELETE FROM {table.name} WHERE ts >= %s OR ts < %s", [start, lo])
+            cursor.execute(f"DELETE FROM {table.name} t WHERE (t.ts >= %s OR t.ts < %s) "
+                           f"AND {shard.rows(entity, 't')}", [start, lo])
             with _robust_plan(cursor):
-                cursor.execute(build_sql(table), {"lo": start, "hi": now})
+                cursor.execute(build_sql(table, shard), {"lo": start, "hi": now})
             if start == lo:  # a rebuild: the planner needs to know the table's new size
                 cursor.execute(f"ANALYZE {table.name}")
             cursor.execute(
                 f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%s, %s, %s) "
                 f"ON CONFLICT (entity) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi",
-                [entity, lo, now])
+                [key, lo, now])
 
 
 @contextmanager
@@ -99,11 +102,13 @@ def _bin(alias: str = "t") -> str:
            f"{_EPOCH_SQL})"
 
 
-def build_sql(table: SliceTable) -> str:
-    """INSERT the slices of the raw rows in (%(lo)s, %(hi)s]; one statement per entity."""
+def build_sql(table: SliceTable, shard: Shard = WHOLE) -> str:
+    """INSERT the slices of the raw rows in (%(lo)s, %(hi)s] of the shard's targets; one
+    statement per entity."""
     raw, keys = table.raw.name, table.keys
     key_list = ", ".join(f"t.{k}" for k in keys)
-    scope = f"FROM {raw} t WHERE t.ts > %(lo)s AND t.ts <= %(hi)s"
+    scope = (f"FROM {raw} t WHERE t.ts > %(lo)s AND t.ts <= %(hi)s "
+             f"AND {shard.rows(table.entity, 't')}")
     group = ", ".join(str(i) for i in range(1, len(keys) + 2))
     aggs = ["count(*)::int4 AS n", "min(t.ts) AS t0", "max(t.ts) AS t1"]
     for c in table.scalars:
