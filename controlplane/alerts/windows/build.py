@@ -140,10 +140,12 @@ def build_sql(table: SliceTable, shard: Shard = WHOLE) -> str:
                      f"ON {_same(keys, f'h{i}')}")
         cols += [f"h{i}.lay", f"h{i}.counts"]
         names += [f"{m.key}_layout", f"{m.key}_counts"]
+    # The slice's first and last rows joined back from the rows read once (a hash join, not a
+    # primary-key lookup per slice: those were a quarter of the fold).
     return (f"INSERT INTO {table.name} ({', '.join(names)}) "
-            f"WITH g AS ({grouped}) SELECT {', '.join(cols)} FROM g "
-            f"CROSS JOIN LATERAL (SELECT * FROM {raw} f WHERE {on('f')} AND f.ts = g.t0 LIMIT 1) f "
-            f"CROSS JOIN LATERAL (SELECT * FROM {raw} l WHERE {on('l')} AND l.ts = g.t1 LIMIT 1) l "
+            f"WITH r AS MATERIALIZED (SELECT t.* {scope}), "
+            f"g AS ({grouped.replace(scope, 'FROM r t')}) SELECT {', '.join(cols)} FROM g "
+            f"JOIN r f ON {on('f')} AND f.ts = g.t0 JOIN r l ON {on('l')} AND l.ts = g.t1 "
             f"{' '.join(joins)}")
 
 
