@@ -174,7 +174,7 @@ def apply_hits(rules: list[AlertRule], hits: Hits, now: datetime,
             events += [(alert, m) for m in moves]
             if moves or held:
                 changed.append(alert)
-    Alert.objects.bulk_create(new)
+    insert_new(new)
     bulk_update_state(changed)
     insert_events(events, now)
     return [(by_id[a.rule_id].name, a.target, f, t) for a, (f, t) in events]
@@ -217,6 +217,28 @@ def bulk_update_state(alerts: list[AlertRow]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {Alert._meta.db_table} a SET {cols} "
                        f"FROM unnest({arrays}) AS u({names}) WHERE a.id = u.id", params)
+
+
+_NEW_FIELDS = {"rule_id": "int8", "target": "text", "host_id": "int4", "engine_id": "int4",
+               "gpu_id": "int4", "labels": "jsonb", "fingerprint": "text", **_STATE_FIELDS}
+
+
+def insert_new(alerts: list[Alert]) -> None:
+    """The cycle's new alerts in one INSERT … SELECT FROM unnest, their ids set from RETURNING
+    (Django's bulk_create binds every field of every row in Python: a restart's first cycle
+    creates tens of thousands)."""
+    if not alerts:
+        return
+    names = ", ".join(_NEW_FIELDS)
+    arrays = ", ".join(f"%s::{t}[]" for t in _NEW_FIELDS.values())
+    params = [array_literal(json.dumps(a.labels) if f == "labels" else getattr(a, f)
+                            for a in alerts) for f in _NEW_FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {Alert._meta.db_table} ({names}) SELECT * FROM "
+                       f"unnest({arrays}) RETURNING id, rule_id, target", params)
+        ids = {(rule_id, target): id_ for id_, rule_id, target in cursor.fetchall()}
+    for alert in alerts:
+        alert.id = ids[(alert.rule_id, alert.target)]
 
 
 def insert_events(events: list[tuple[AlertRow, tuple[str, str]]], now: datetime) -> None:

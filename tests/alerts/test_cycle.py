@@ -7,12 +7,15 @@ from datetime import timedelta
 
 from django.db import connection, transaction
 
+from controlplane.alerts.apply import fingerprint
 from controlplane.alerts.evaluate import LOCK_KEY, evaluate
 from controlplane.alerts.models import Alert, AlertRule, RuleKind
 from controlplane.alerts.tasks import evaluate_rules
 from controlplane.alerts.windows.schema import all_names as slice_tables
 from controlplane.celery import app
 from tests.alerts.conftest import T0, make_node, rule, samples
+
+S = timedelta(seconds=1)
 
 
 def test_a_second_worker_skips_the_cycle_while_the_first_holds_it(empty_samples):
@@ -96,3 +99,17 @@ def test_lanes_over_shards_of_the_hosts_find_what_one_connection_finds(empty_sam
 def truncate_slices() -> None:
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE " + ", ".join(slice_tables()))
+
+
+def test_new_alerts_keep_labels_with_quotes_backslashes_and_unicode(node):
+    name = 'GPU "hot" \\ {brace} ≥ 85 °C, \'quoted\''
+    r = rule(name=name, metric="gpu.temp_c", aggregation="max", window_s=60, op=">",
+             threshold=85, summary="{host} {gpu_index}: {value:.0f} °C")
+    samples("gpu", {"gpu_id": node.gpus[0].id}, lambda ts: {"temp_c": 91.0}, T0 - 60 * S)
+    evaluate(T0, rule_ids=[r.id])
+    [alert] = Alert.objects.filter(rule=r)
+    assert alert.labels == {"alertname": name, "severity": r.severity,
+                            "host": node.host.hostname, "gpu": node.gpus[0].uuid}
+    assert alert.fingerprint == fingerprint(alert.labels)
+    assert alert.summary == f"{node.host.hostname} 0: 91 °C"
+    assert alert.state == "firing" and alert.value == 91.0
