@@ -42,6 +42,8 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
     now = now or timezone.now()
     # Other connections see only committed rows: inside a caller's transaction, one lane.
     lanes = 1 if connection.in_atomic_block else settings.PITWALL["ALERT_EVAL_LANES"]
+    parts = shards(lanes)
+    windows.ensure_partitions(parts)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
@@ -49,7 +51,7 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
                 return CycleResult(skipped=True)
         rules = claim_rules(now, rule_ids)
         result = CycleResult(rules=len(rules))
-        for hits, transitions in _in_lanes(rules, now, shards(lanes)):
+        for hits, transitions in _in_lanes(rules, now, parts):
             result.hits += hits
             result.transitions += transitions
     return result

@@ -107,7 +107,7 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]], now: datet
     value_of_rule, windows_sql = _windows(entity, aggregates, now, shard)
     # one primary-key lookup per target and slice read: the newest slice (l), and the oldest
     # slice of each window a `last` or `rate` reads (f<start>)
-    on = " AND ".join(f"x.{k} = t.{k}" for k in shape.keys)
+    on = " AND ".join([shard.slices("x"), *(f"x.{k} = t.{k}" for k in shape.keys)])
     fetches = [f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {on} ORDER BY x.ts DESC "
                f"LIMIT 1) l ON true"] if len(aggregates) < len(group) else []
     firsts: dict[str, str] = {}
@@ -164,7 +164,7 @@ def _windows(entity: str, aggregates: list[tuple[AlertRule, Metric]], now: datet
     level2 = ", ".join(f"({sql})::float8 AS {alias}" for sql, alias in aggs.items())
     return value_of_rule, (
         f"b AS (SELECT {keys}, CASE {band} END AS band, {level1} FROM {table} s "
-        f"WHERE s.ts >= {_literal(starts[-1])} AND {shard.rows(entity, 's')} "
+        f"WHERE s.ts >= {_literal(starts[-1])} AND {shard.slices('s')} "
         f"GROUP BY {keys}, band), "
         f"a AS (SELECT {keys}, {level2} FROM b GROUP BY {keys})")
 
@@ -179,7 +179,7 @@ def _target_rows(entity: str, group: list[tuple[AlertRule, Metric]], now: dateti
     keys = ", ".join(shape.keys)
     lo = _literal(window_start(now, max(rule.window_s for rule, _ in group)))
     return (f"(SELECT {keys}, max(engine_id) AS engine_id FROM {table} s "
-            f"WHERE ts >= {lo} AND {shard.rows(entity, 's')} GROUP BY {keys}) t")
+            f"WHERE ts >= {lo} AND {shard.slices('s')} GROUP BY {keys}) t")
 
 
 def _literal(at: datetime) -> str:
@@ -197,7 +197,7 @@ def _quantile_hits(group: list[AlertRule], now: datetime, shard: Shard) -> Hits:
         f"      FROM {SLICES[metric.entity].name} t "
         f"      CROSS JOIN LATERAL unnest(t.{counts}) WITH ORDINALITY AS u(c, i) "
         f"      WHERE t.ts >= %s AND t.{counts} IS NOT NULL "
-        f"      AND {shard.rows(metric.entity, 't')} "
+        f"      AND {shard.slices('t')} "
         f"      GROUP BY 1, 2, 3) s "
         f"JOIN fleet_engine e ON e.id = s.engine_id GROUP BY 1, 2, 3",
         [window_start(now, group[0].window_s)])

@@ -26,6 +26,11 @@ class Shard:
         return self.of == 1
 
     @property
+    def code(self) -> int:
+        """The value of the slice tables' ``shard`` column: their partition for this shard."""
+        return self.of * 1000 + self.index
+
+    @property
     def suffix(self) -> str:
         """Tells apart per-shard bookkeeping (the slices' watermarks)."""
         return "" if self.whole else f"@{self.index}/{self.of}"
@@ -35,8 +40,12 @@ class Shard:
         # mod(), not %: these conditions go into statements with placeholders
         return "true" if self.whole else f"mod(coalesce({column}, 0), {self.of}) = {self.index}"
 
+    def slices(self, alias: str) -> str:
+        """SQL: slice rows ``alias`` of this shard (its partition, pruned at plan time)."""
+        return f"{alias}.shard = {self.code}"
+
     def rows(self, entity: str, alias: str) -> str:
-        """SQL: rows ``alias`` of an entity's sample or slice table that belong to this shard."""
+        """SQL: rows ``alias`` of an entity's sample table that belong to this shard."""
         if self.whole:
             return "true"
         if entity not in _FLEET:  # host and proc rows carry their host id
@@ -49,4 +58,5 @@ WHOLE = Shard()
 
 
 def shards(n: int) -> list[Shard]:
+    n = min(n, 999)  # Shard.code keeps the count in its thousands
     return [Shard(i, n) for i in range(n)] if n > 1 else [WHOLE]

@@ -22,7 +22,14 @@ from django.db import connection
 
 from agents.protocol import Entity
 from controlplane.alerts.shards import WHOLE, Shard
-from controlplane.alerts.windows.schema import SLICE_S, SLICES, STATE_TABLE, SliceTable
+from controlplane.alerts.windows.schema import (
+    SLICE_S,
+    SLICES,
+    STATE_TABLE,
+    SliceTable,
+    partition_name,
+    partition_sql,
+)
 
 # Rows that arrive up to this long after their timestamp still count (see the module doc).
 LATE_S = 5
@@ -58,8 +65,8 @@ def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE) -> No
                 start = lo  # nothing usable: rebuild the whole span
             else:
                 start = max(floor_slice(mark[1] - timedelta(seconds=LATE_S)), lo)
-            cursor.execute(f"DELETE FROM {table.name} t WHERE (t.ts >= %s OR t.ts < %s) "
-                           f"AND {shard.rows(entity, 't')}", [start, lo])
+            cursor.execute(f"DELETE FROM {table.name} WHERE shard = {shard.code} "
+                           f"AND (ts >= %s OR ts < %s)", [start, lo])
             with _robust_plan(cursor):
                 cursor.execute(build_sql(table, shard), {"lo": start, "hi": now})
             if start == lo:  # a rebuild: the planner needs to know the table's new size
@@ -85,6 +92,17 @@ def _robust_plan(cursor):
     finally:
         cursor.execute("SET LOCAL enable_nestloop = on")
         cursor.execute("SET LOCAL enable_indexscan = on")
+
+
+def ensure_partitions(shards: list[Shard]) -> None:
+    """The slice tables' partitions for these shards, created when missing. Outside the
+    cycle's transaction: creating a partition locks its parent, which the lanes read."""
+    with connection.cursor() as cursor:
+        for table in SLICES.values():
+            for shard in shards:
+                cursor.execute("SELECT to_regclass(%s)", [partition_name(table, shard.code)])
+                if cursor.fetchone()[0] is None:
+                    cursor.execute(partition_sql(table, shard.code))
 
 
 def isolated() -> None:
@@ -142,9 +160,10 @@ def build_sql(table: SliceTable, shard: Shard = WHOLE) -> str:
         names += [f"{m.key}_layout", f"{m.key}_counts"]
     # The slice's first and last rows joined back from the rows read once (a hash join, not a
     # primary-key lookup per slice: those were a quarter of the fold).
-    return (f"INSERT INTO {table.name} ({', '.join(names)}) "
+    return (f"INSERT INTO {table.name} (shard, {', '.join(names)}) "
             f"WITH r AS MATERIALIZED (SELECT t.* {scope}), "
-            f"g AS ({grouped.replace(scope, 'FROM r t')}) SELECT {', '.join(cols)} FROM g "
+            f"g AS ({grouped.replace(scope, 'FROM r t')}) "
+            f"SELECT {shard.code}, {', '.join(cols)} FROM g "
             f"JOIN r f ON {on('f')} AND f.ts = g.t0 JOIN r l ON {on('l')} AND l.ts = g.t1 "
             f"{' '.join(joins)}")
 

@@ -14,9 +14,11 @@ and ``rate``); a bitmask metric also ``_vals``/``_cnts``, its distinct values an
 had each, so the share of rows with any bit of any mask is exact. A histogram keeps the layout
 holding most observations in the slice and its counts summed bucket by bucket.
 
-The tables are UNLOGGED: they are derived, rebuilt from the raw rows whenever their watermark
-says they are missing or stale (after a crash PostgreSQL empties them, and the next cycle
-rebuilds the window). Nothing here is a product record.
+The tables are derived, rebuilt from the raw rows whenever their watermark says they are
+missing or stale (after a crash PostgreSQL empties them, and the next cycle rebuilds the
+window): nothing here is a product record. Each is partitioned by the evaluation shard
+(``shard``: ``Shard.code``, alerts/shards.py) into UNLOGGED partitions, so a lane scans its own
+targets' slices only.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class SliceTable:
         return tuple(k.name for k in self.raw.keys)
 
     def columns(self) -> list[tuple[str, str]]:
-        cols = [(k.name, k.sql_type) for k in self.raw.keys]
+        cols = [("shard", "int4")]
+        cols += [(k.name, k.sql_type) for k in self.raw.keys]
         cols += [("ts", "timestamptz"), ("n", "int4"), ("t0", "timestamptz"),
                  ("t1", "timestamptz")]
         if self.entity == "proc":
@@ -83,8 +86,8 @@ def schema_sql() -> list[str]:
     for table in SLICES.values():
         cols = ", ".join(f"{name} {typ}" for name, typ in table.columns())
         out += [
-            f"CREATE UNLOGGED TABLE IF NOT EXISTS {table.name} ({cols}, "
-            f"PRIMARY KEY ({', '.join(table.keys)}, ts))",
+            f"CREATE TABLE IF NOT EXISTS {table.name} ({cols}, "
+            f"PRIMARY KEY (shard, {', '.join(table.keys)}, ts)) PARTITION BY LIST (shard)",
             # the cycle deletes and rebuilds by time across all entities
             f"CREATE INDEX IF NOT EXISTS {table.name}_ts ON {table.name} (ts)",
             *(f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {name} {typ}"
@@ -95,3 +98,12 @@ def schema_sql() -> list[str]:
 
 def all_names() -> list[str]:
     return [STATE_TABLE, *(t.name for t in SLICES.values())]
+
+
+def partition_name(table: SliceTable, code: int) -> str:
+    return f"{table.name}_{code}"
+
+
+def partition_sql(table: SliceTable, code: int) -> str:
+    return (f"CREATE UNLOGGED TABLE IF NOT EXISTS {partition_name(table, code)} "
+            f"PARTITION OF {table.name} FOR VALUES IN ({code})")
