@@ -22,10 +22,11 @@ from controlplane.alerts.apply import apply_hits
 from controlplane.alerts.models import AlertRule, RuleKind
 from controlplane.alerts.named import NAMED
 from controlplane.alerts.named import READS as NAMED_READS
-from controlplane.alerts.names import hostnames
+from controlplane.alerts.names import FleetNames
 from controlplane.alerts.queries import Hits, threshold_hits
 from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.shards import WHOLE, Shard, shards
+from controlplane.alerts.silences import matches
 
 LOCK_KEY = 0x50_41_4C_52  # "PALR": one evaluator at a time across the cluster
 
@@ -135,8 +136,9 @@ def slice_needs(rules: list[AlertRule]) -> dict[str, int]:
 
 
 def scoped(rules: list[AlertRule], hits: Hits) -> Hits:
-    globbed = {r.id for r in rules if r.hostname_glob}
-    names = hostnames({h.host_id for rid in globbed for h in hits.get(rid, [])})
+    """The hits in each rule's scope: host and engine ids, hostname glob, label matchers."""
+    by_name = [r for r in rules if r.hostname_glob or r.label_matchers]
+    names = FleetNames.load({r.id: hits.get(r.id, []) for r in by_name}, [])
     out: Hits = {}
     for rule in rules:
         hosts, engines = set(rule.host_ids), set(rule.engine_ids)
@@ -144,5 +146,7 @@ def scoped(rules: list[AlertRule], hits: Hits) -> Hits:
             h for h in hits.get(rule.id, [])
             if (not hosts or h.host_id in hosts) and (not engines or h.engine_id in engines)
             and (not rule.hostname_glob
-                 or fnmatch.fnmatchcase(names.get(h.host_id, ""), rule.hostname_glob))]
+                 or fnmatch.fnmatchcase(names.hosts.get(h.host_id, ""), rule.hostname_glob))
+            and (not rule.label_matchers
+                 or matches(rule.label_matchers, names.scope_labels(h)))]
     return out

@@ -66,6 +66,9 @@ class AlertRule(models.Model):
     host_ids = models.JSONField(default=list, blank=True)
     engine_ids = models.JSONField(default=list, blank=True)
     hostname_glob = models.CharField(max_length=253, blank=True)
+    # [{label, op, value}] over the target's host, engine, gpu and model labels, as silences
+    # match (a label the target lacks reads ""): e.g. model=~"llama-3.*"
+    label_matchers = models.JSONField(default=list, blank=True)
     # Extra thresholds of named kinds: {"gpu_util_below": 85}, {"waiting_above": 0}, ...
     params = models.JSONField(default=dict, blank=True)
     summary = models.CharField(max_length=500, blank=True)

@@ -20,16 +20,19 @@ class FleetNames:
     hosts: dict[int, str]
     engines: dict[int, str]
     gpus: dict[int, tuple[str, int]]
+    models: dict[int, str]  # engine id -> the model it serves
 
     @classmethod
     def load(cls, hits: Hits, alerts) -> FleetNames:
         rows = [*(h for found in hits.values() for h in found), *alerts]
         ids = {k: {getattr(r, f"{k}_id") for r in rows} - {None} for k in ("host", "engine", "gpu")}
+        engines = list(Engine.objects.filter(id__in=ids["engine"])
+                       .values_list("id", "name", "model"))
         return cls(
-            hostnames(ids["host"]),
-            dict(Engine.objects.filter(id__in=ids["engine"]).values_list("id", "name")),
+            hostnames(ids["host"]), {i: name for i, name, _ in engines},
             {i: (u, x) for i, u, x in
-             Gpu.objects.filter(id__in=ids["gpu"]).values_list("id", "uuid", "index")})
+             Gpu.objects.filter(id__in=ids["gpu"]).values_list("id", "uuid", "index")},
+            {i: model for i, _, model in engines})
 
     def labels(self, hit: Hit) -> dict[str, str]:
         out = {"host": self.hosts.get(hit.host_id, "")}
@@ -38,6 +41,14 @@ class FleetNames:
         if hit.gpu_id is not None:
             out["gpu"] = self.gpus.get(hit.gpu_id, ("", 0))[0]
         return out
+
+    def scope_labels(self, hit: Hit) -> dict[str, str]:
+        """What a rule's label_matchers read (rules.SCOPE_LABELS); a label the target lacks
+        reads ""."""
+        return {"host": self.hosts.get(hit.host_id, ""),
+                "engine": self.engines.get(hit.engine_id, ""),
+                "gpu": self.gpus.get(hit.gpu_id, ("", 0))[0],
+                "model": self.models.get(hit.engine_id, "")}
 
     def fields(self, alert: Alert, value: float | None) -> dict[str, object]:
         uuid, index = self.gpus.get(alert.gpu_id, ("", "")) if alert.gpu_id else ("", "")

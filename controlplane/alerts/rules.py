@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 
 from agents.protocol import Metric
 from controlplane.alerts.models import Aggregation, AlertRule, RuleKind
+from controlplane.alerts.silences import validate_matchers
 from controlplane.telemetry.series import find_metric
 from controlplane.telemetry.series.errors import SeriesError
 
@@ -25,6 +26,9 @@ NAMED_ENTITY = {
     RuleKind.MEMORY_BEYOND_SHARE: "gpu",
     RuleKind.CPU_BOUND_ENGINE: "engine",
 }
+# The labels a rule's label_matchers scope by: the target's host name, engine name, GPU uuid and
+# the engine's model (a GPU or host target has no engine: those read "").
+SCOPE_LABELS = ("host", "engine", "gpu", "model")
 MAX_WINDOW_S = 3600  # evaluation reads raw rows: windows stay short
 
 
@@ -44,6 +48,11 @@ def validate_rule(rule: AlertRule) -> None:
         ids = getattr(rule, field)
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             errors[field] = f"{field} must be a list of integer ids"
+    try:
+        validate_matchers(rule.label_matchers, field="label_matchers", labels=SCOPE_LABELS,
+                          allow_empty=True)
+    except ValidationError as exc:
+        errors.update({k: v[0] for k, v in exc.message_dict.items()})
     problem = template_problem(rule.summary)
     if problem:
         errors["summary"] = problem

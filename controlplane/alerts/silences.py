@@ -15,24 +15,29 @@ LABELS = ("alertname", "severity", "host", "engine", "gpu")
 OPS = ("=", "!=", "=~", "!~")
 
 
-def validate_matchers(matchers: object) -> list[dict[str, str]]:
-    if not isinstance(matchers, list) or not matchers:
-        raise ValidationError({"matchers": "matchers must be a non-empty list"})
+def validate_matchers(matchers: object, *, field: str = "matchers",
+                      labels: tuple[str, ...] = LABELS,
+                      allow_empty: bool = False) -> list[dict[str, str]]:
+    """[{label, op, value}], op one of OPS (default "="), regexes that compile; errors keyed by
+    ``field`` and naming the matcher."""
+    if not isinstance(matchers, list) or not (matchers or allow_empty):
+        raise ValidationError({field: f"{field} must be a {'' if allow_empty else 'non-empty '}"
+                                      f"list of {{label, op, value}}"})
     for i, m in enumerate(matchers):
-        where = f"matchers[{i}]"
+        where = f"{field}[{i}]"
         if not isinstance(m, dict) or set(m) - {"label", "op", "value"} or "label" not in m \
                 or "value" not in m:
-            raise ValidationError({"matchers": f"{where} must be {{label, op, value}}"})
-        if m["label"] not in LABELS:
-            raise ValidationError({"matchers": f"{where}.label {m['label']!r} is not one of "
-                                               f"{', '.join(LABELS)}"})
+            raise ValidationError({field: f"{where} must be {{label, op, value}}"})
+        if m["label"] not in labels:
+            raise ValidationError({field: f"{where}.label {m['label']!r} is not one of "
+                                          f"{', '.join(labels)}"})
         if m.setdefault("op", "=") not in OPS:
-            raise ValidationError({"matchers": f"{where}.op must be one of {', '.join(OPS)}"})
+            raise ValidationError({field: f"{where}.op must be one of {', '.join(OPS)}"})
         if m["op"] in ("=~", "!~"):
             try:
                 re.compile(str(m["value"]))
             except re.error as exc:
-                raise ValidationError({"matchers": f"{where}.value is not a regex: {exc}"}) \
+                raise ValidationError({field: f"{where}.value is not a regex: {exc}"}) \
                     from None
     return matchers
 

@@ -48,17 +48,34 @@ class IdListField(forms.CharField):
             raise ValidationError("integer ids, separated by commas") from None
 
 
+class MatcherLinesField(forms.CharField):
+    """Matchers written one per line (label=value, label!=value, label=~regex, label!~regex),
+    kept as [{label, op, value}]; the model checks the labels."""
+
+    def to_python(self, value) -> list[dict[str, str]]:
+        return parse_matchers(super().to_python(value) or "")
+
+    def prepare_value(self, value) -> str:
+        return matcher_lines(value) if isinstance(value, list) else value
+
+
 class AlertRuleForm(forms.ModelForm):
     metric = forms.ChoiceField(choices=metric_choices, required=False)
     host_ids = IdListField(required=False, help_text="host ids, comma-separated; blank: all")
     engine_ids = IdListField(required=False, help_text="engine ids, comma-separated; blank: all")
     op = forms.ChoiceField(choices=[(op, op) for op in Op.values])
+    label_matchers = MatcherLinesField(
+        required=False, label="Label matchers",
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "model=~llama-3.*"}),
+        help_text="one per line: host, engine, gpu or model with =, !=, =~ or !~; "
+                  "blank: no label filter")
 
     class Meta:
         model = AlertRule
         fields = ["name", "enabled", "kind", "severity", "metric", "aggregation", "quantile",
                   "bitmask", "window_s", "op", "threshold", "for_s", "keep_firing_for_s",
-                  "hostname_glob", "host_ids", "engine_ids", "params", "summary",
+                  "hostname_glob", "host_ids", "engine_ids", "label_matchers", "params",
+                  "summary",
                   "description"]
         labels = {"window_s": "Window (s)", "for_s": "For (s)",
                   "keep_firing_for_s": "Keep firing for (s)"}

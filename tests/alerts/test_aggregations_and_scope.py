@@ -85,6 +85,26 @@ def test_host_and_engine_ids_limit_the_rule_to_those_targets(empty_samples):
     assert [a.engine_id for a in by_engine.alerts.all()] == [infer1.engine.id]
 
 
+def test_label_matchers_scope_a_rule_by_model_engine_and_host(empty_samples):
+    nodes = busy_hosts()  # train-1, infer-1, infer-2
+    models = {"train-1": "mistral-7b", "infer-1": "llama-3-70b", "infer-2": "llama-3-8b"}
+    for n in nodes:
+        n.engine.model = models[n.host.hostname]
+        n.engine.save()
+    llama = rule(metric="engine.requests_waiting", window_s=60, op=">", threshold=0,
+                 label_matchers=[{"label": "model", "op": "=~", "value": "llama-3-.*"},
+                                 {"label": "host", "op": "!=", "value": "infer-2"}])
+    # host targets have no engine: their model label reads "", so only != and !~ pass them
+    not_mistral = rule(metric="host.cpu_pct", window_s=60, op=">", threshold=75,
+                       label_matchers=[{"label": "model", "op": "!=", "value": "mistral-7b"}])
+    engine_named = rule(metric="host.cpu_pct", window_s=60, op=">", threshold=75,
+                        label_matchers=[{"label": "engine", "value": "vllm:8000/0"}])
+    evaluate(T0, rule_ids=[llama.id, not_mistral.id, engine_named.id])
+    assert [a.labels["host"] for a in llama.alerts.all()] == ["infer-1"]
+    assert not_mistral.alerts.count() == 3
+    assert engine_named.alerts.count() == 0
+
+
 def test_process_metrics_alert_per_process_with_its_engine(node):
     samples("proc", {"host_id": node.host.id, "pid": 4242},
             lambda ts: {"engine_id": node.engine.id, "cpu_pct": 99.0}, T0 - 60 * S)

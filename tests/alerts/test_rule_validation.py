@@ -62,6 +62,19 @@ def test_scope_ids_must_be_integers(db):
     assert "host_ids" in errors_of(metric="gpu.temp_c", host_ids=["gpu-node-1"])
 
 
+@pytest.mark.parametrize(("matchers", "says"), [
+    ("model=llama", "label_matchers must be a list"),
+    ([{"label": "alertname", "value": "x"}], "label_matchers[0].label 'alertname' is not one of "
+                                             "host, engine, gpu, model"),
+    ([{"label": "model", "op": "~=", "value": "x"}], "label_matchers[0].op must be one of"),
+    ([{"label": "model", "op": "=~", "value": "llama("}], "label_matchers[0].value is not a regex"),
+    ([{"label": "model"}], "label_matchers[0] must be {label, op, value}"),
+])
+def test_label_matchers_are_checked_like_a_silences(db, matchers, says):
+    errors = errors_of(metric="gpu.temp_c", label_matchers=matchers)
+    assert errors["label_matchers"][0].startswith(says), errors
+
+
 def test_a_valid_rule_passes(db):
     AlertRule(name="ok", metric="engine.ttft_seconds", aggregation="quantile", quantile=0.99,
               summary="{engine}: {value:.2f} s").full_clean()

@@ -62,6 +62,7 @@ def test_staff_creates_a_rule_and_the_read_only_fields_are_ignored(staff):
     ({"threshold": "nan"}, "threshold"),
     ({"aggregation": "quantile", "quantile": "inf"}, "quantile"),
     ({"params": "waiting_above=0"}, "params"),
+    ({"label_matchers": [{"label": "rack", "value": "a"}]}, "label_matchers"),
 ])
 def test_a_rule_the_model_refuses_is_a_400_naming_the_field_and_nothing_is_stored(
         staff, change, field):

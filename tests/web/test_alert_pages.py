@@ -321,6 +321,21 @@ def test_a_preview_of_a_bad_rule_shows_errors_not_a_preview(lead, db):
     assert 'id="preview"' not in html
 
 
+def test_the_rule_editor_takes_label_matchers_one_per_line(lead, db):
+    lead.post("/alerts/rules/new/",
+              rule_form(label_matchers="model=~llama-3.*\nhost!=\"gpu-node-2\""))
+    rule = AlertRule.objects.get(name="Hot GPU")
+    assert rule.label_matchers == [{"label": "model", "op": "=~", "value": "llama-3.*"},
+                                   {"label": "host", "op": "!=", "value": "gpu-node-2"}]
+    html = lead.get(f"/alerts/rules/{rule.id}/").content.decode()
+    assert "model=~llama-3.*\nhost!=gpu-node-2" in html
+    html = lead.post("/alerts/rules/new/", rule_form(name="Bad", label_matchers="rack=a")
+                     ).content.decode()
+    assert "is not one of host, engine, gpu, model" in \
+        html.split('data-field="label_matchers"')[1].split("</div>")[0]
+    assert not AlertRule.objects.filter(name="Bad").exists()
+
+
 def test_staff_create_and_edit_a_rule(lead, db):
     response = lead.post("/alerts/rules/new/", rule_form(host_ids="3, 4"))
     rule = AlertRule.objects.get(name="Hot GPU")

@@ -50,10 +50,15 @@ class AlertRuleSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "kind", "enabled", "severity", "metric", "aggregation", "quantile",
             "bitmask", "window_s", "op", "threshold", "for_s", "keep_firing_for_s", "host_ids",
-            "engine_ids", "hostname_glob", "params", "summary", "description", "pack_key",
+            "engine_ids", "hostname_glob", "label_matchers", "params", "summary", "description",
+            "pack_key",
             "created_at", "updated_at", "last_evaluated_at",
         ]
         read_only_fields = ["id", "pack_key", "created_at", "updated_at", "last_evaluated_at"]
+        extra_kwargs = {"label_matchers": {"help_text": (
+            'Scope by the target\'s labels, as silences match: [{"label": "model", "op": "=~", '
+            '"value": "llama-3.*"}]; labels host, engine, gpu, model; ops = != =~ !~; '
+            'empty: no label filter')}}
 
     checks_unique = True
 
