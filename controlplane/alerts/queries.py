@@ -23,7 +23,14 @@ from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.alerts.windows.build import window_start
 from controlplane.alerts.windows.schema import SLICES
-from controlplane.alerts.windows.sql import POINTS, combined, partials, point
+from controlplane.alerts.windows.sql import (
+    POINTS,
+    bucket_sums,
+    combined,
+    max_buckets,
+    partials,
+    point,
+)
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.schema import column_for
 from controlplane.telemetry.series.histograms import histogram_quantile
@@ -191,15 +198,13 @@ def _quantile_hits(group: list[AlertRule], now: datetime, shard: Shard) -> Hits:
     engine from the layout holding most observations (a layout change inside the window)."""
     metric = rule_metric(group[0])
     layout, counts = f"{metric.key}_layout", f"{metric.key}_counts"
+    with connection.cursor() as cursor:
+        buckets = max_buckets(cursor)
     rows = fetch(
-        f"SELECT s.engine_id, e.host_id, s.lay, array_agg(s.total ORDER BY s.i) "
-        f"FROM (SELECT t.engine_id, t.{layout} AS lay, u.i, sum(u.c)::int8 AS total "
-        f"      FROM {SLICES[metric.entity].name} t "
-        f"      CROSS JOIN LATERAL unnest(t.{counts}) WITH ORDINALITY AS u(c, i) "
-        f"      WHERE t.ts >= %s AND t.{counts} IS NOT NULL "
-        f"      AND {shard.slices('t')} "
-        f"      GROUP BY 1, 2, 3) s "
-        f"JOIN fleet_engine e ON e.id = s.engine_id GROUP BY 1, 2, 3",
+        f"SELECT t.engine_id, e.host_id, t.{layout}, {bucket_sums(f't.{counts}', buckets)} "
+        f"FROM {SLICES[metric.entity].name} t JOIN fleet_engine e ON e.id = t.engine_id "
+        f"WHERE t.ts >= %s AND t.{counts} IS NOT NULL AND {shard.slices('t')} "
+        f"GROUP BY 1, 2, 3",
         [window_start(now, group[0].window_s)])
     best: dict[int, tuple[int, int, list[int]]] = {}
     for engine_id, host_id, lay, totals in rows:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from controlplane.alerts.evaluate import evaluate
+from controlplane.telemetry.models import HistogramLayout
 from tests.alerts.conftest import T0, make_node, rule, run, samples, ttft_layout
 
 S = timedelta(seconds=1)
@@ -49,6 +50,21 @@ def test_a_quantile_is_interpolated_from_the_buckets_summed_over_the_window(node
     [alert] = run(p99, T0)
     assert abs(alert.value - (2.5 + 2.5 * (0.99 * 600 - 540) / 60)) < 1e-9
     assert run(p50, T0) == []
+
+
+def test_a_layout_change_keeps_the_layout_holding_most_observations(node):
+    wide = ttft_layout()  # bounds 0.1 0.5 1 2.5 5 10: seven counts
+    narrow = HistogramLayout.objects.create(bounds=[1.0, 20.0]).id  # three counts
+    # one row of each layout in every 10-s slice: the wide one holds 10 observations, the
+    # narrow one 1, so every slice (and the window) keeps the wide layout's summed counts
+    samples("engine", {"engine_id": node.engine.id},
+            lambda ts: {"ttft_seconds_layout": wide, "ttft_seconds_counts": [0, 0, 0, 10, 0, 0, 0]}
+            if ts.second % 10 == 5 else
+            {"ttft_seconds_layout": narrow, "ttft_seconds_counts": [0, 0, 1]}, T0 - 60 * S)
+    p50 = rule(metric="engine.ttft_seconds", aggregation="quantile", quantile=0.5,
+               window_s=60, op=">", threshold=0)
+    [alert] = run(p50, T0)
+    assert abs(alert.value - (1.0 + 1.5 * 0.5)) < 1e-9  # inside the wide layout's (1, 2.5]
 
 
 def test_one_cycle_reports_every_target_of_the_fleet(empty_samples):

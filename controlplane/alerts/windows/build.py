@@ -30,6 +30,7 @@ from controlplane.alerts.windows.schema import (
     partition_name,
     partition_sql,
 )
+from controlplane.alerts.windows.sql import bucket_sums, max_buckets
 
 # Rows that arrive up to this long after their timestamp still count (see the module doc).
 LATE_S = 5
@@ -57,6 +58,7 @@ def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE) -> No
         cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE}")
         marks = {entity: (lo, hi) for entity, lo, hi in cursor.fetchall()}
+        buckets = max_buckets(cursor)
         for entity, longest in needs.items():
             table, key = SLICES[entity], entity + shard.suffix
             lo = window_start(now, longest)
@@ -68,7 +70,7 @@ def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE) -> No
             cursor.execute(f"DELETE FROM {table.name} WHERE shard = {shard.code} "
                            f"AND (ts >= %s OR ts < %s)", [start, lo])
             with _robust_plan(cursor):
-                cursor.execute(build_sql(table, shard), {"lo": start, "hi": now})
+                cursor.execute(build_sql(table, shard, buckets), {"lo": start, "hi": now})
             if start == lo:  # a rebuild: the planner needs to know the table's new size
                 cursor.execute(f"ANALYZE {table.name}")
             cursor.execute(
@@ -120,9 +122,9 @@ def _bin(alias: str = "t") -> str:
            f"{_EPOCH_SQL})"
 
 
-def build_sql(table: SliceTable, shard: Shard = WHOLE) -> str:
+def build_sql(table: SliceTable, shard: Shard = WHOLE, buckets: int = 1) -> str:
     """INSERT the slices of the raw rows in (%(lo)s, %(hi)s] of the shard's targets; one
-    statement per entity."""
+    statement per entity. ``buckets``: the most buckets a histogram layout has."""
     raw, keys = table.raw.name, table.keys
     key_list = ", ".join(f"t.{k}" for k in keys)
     scope = (f"FROM {raw} t WHERE t.ts > %(lo)s AND t.ts <= %(hi)s "
@@ -154,7 +156,7 @@ def build_sql(table: SliceTable, shard: Shard = WHOLE) -> str:
                  f"CASE WHEN {one} THEN ARRAY[g.{c.name}_n] ELSE b{i}.cnts END"]
         names += [f"{c.name}_vals", f"{c.name}_cnts"]
     for i, m in enumerate(table.histograms):
-        joins.append(f"LEFT JOIN ({_histogram(table, m.key, head, scope, group)}) h{i} "
+        joins.append(f"LEFT JOIN ({_histogram(table, m.key, head, group, buckets)}) h{i} "
                      f"ON {_same(keys, f'h{i}')}")
         cols += [f"h{i}.lay", f"h{i}.counts"]
         names += [f"{m.key}_layout", f"{m.key}_counts"]
@@ -193,17 +195,14 @@ def _distinct_values(table: SliceTable, col: str) -> str:
             f"FROM ({per_value}) x WHERE g.{col}_min <> g.{col}_max")
 
 
-def _histogram(table: SliceTable, key: str, head: str, scope: str, group: str) -> str:
-    """Counts summed bucket by bucket within the layout holding most observations."""
+def _histogram(table: SliceTable, key: str, head: str, group: str, buckets: int) -> str:
+    """Counts summed bucket by bucket (``bucket_sums``) within the layout holding most
+    observations."""
     width = len(table.keys)
-    unnest = f"CROSS JOIN LATERAL unnest(t.{key}_counts) WITH ORDINALITY AS u(c, i)"
-    per_element = (
-        f"SELECT {head}, t.{key}_layout AS lay, u.i, sum(u.c)::int8 AS c "
-        f"{scope.replace(' WHERE ', f' {unnest} WHERE ', 1)} AND t.{key}_layout IS NOT NULL "
-        f"GROUP BY {group}, {width + 2}, {width + 3}")
-    keys = ", ".join(f"e.{k}" for k in table.keys)
-    per_layout = (f"SELECT {keys}, e.s, e.lay, array_agg(e.c ORDER BY e.i) AS counts, "
-                  f"sum(e.c) AS obs FROM ({per_element}) e GROUP BY {keys}, e.s, e.lay")
+    per_layout = (
+        f"SELECT {head}, t.{key}_layout AS lay, {bucket_sums(f't.{key}_counts', buckets)} "
+        f"AS counts FROM r t WHERE t.{key}_layout IS NOT NULL GROUP BY {group}, {width + 2}")
     lkeys = ", ".join(f"l.{k}" for k in table.keys)
     return (f"SELECT DISTINCT ON ({lkeys}, l.s) {lkeys}, l.s, l.lay, l.counts "
-            f"FROM ({per_layout}) l ORDER BY {lkeys}, l.s, l.obs DESC, l.lay DESC")
+            f"FROM ({per_layout}) l ORDER BY {lkeys}, l.s, "
+            f"(SELECT sum(c) FROM unnest(l.counts) c) DESC, l.lay DESC")
