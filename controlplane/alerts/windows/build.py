@@ -18,7 +18,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 
 from agents.protocol import Entity
 from controlplane.alerts.shards import WHOLE, Shard
@@ -98,13 +98,23 @@ def _robust_plan(cursor):
 
 def ensure_partitions(shards: list[Shard]) -> None:
     """The slice tables' partitions for these shards, created when missing. Outside the
-    cycle's transaction: creating a partition locks its parent, which the lanes read."""
+    cycle's transaction: creating a partition locks its parent, which the lanes read. Two
+    workers creating the same partition at once would collide in the catalog: the creation
+    holds a lock of its own."""
+    missing = [(table, shard) for table in SLICES.values() for shard in shards
+               if not _exists(partition_name(table, shard.code))]
+    if not missing:
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('pitwall.alert_slice_partitions'))")
+        for table, shard in missing:
+            cursor.execute(partition_sql(table, shard.code))
+
+
+def _exists(name: str) -> bool:
     with connection.cursor() as cursor:
-        for table in SLICES.values():
-            for shard in shards:
-                cursor.execute("SELECT to_regclass(%s)", [partition_name(table, shard.code)])
-                if cursor.fetchone()[0] is None:
-                    cursor.execute(partition_sql(table, shard.code))
+        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
+        return cursor.fetchone()[0]
 
 
 def isolated() -> None:
