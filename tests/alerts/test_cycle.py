@@ -94,6 +94,13 @@ def test_lanes_over_shards_of_the_hosts_find_what_one_connection_finds(empty_sam
     assert {state for *_, state in found[1][1]} == {"firing"}
     assert found[2] == found[1]
     assert found[3] == found[1]
+    # the other counts' partitions and watermarks went when three lanes first ran
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                       "WHERE i.inhparent = 'alerts_slice_gpu'::regclass ORDER BY 1")
+        assert [r[0] for r in cursor.fetchall()] == [f"alerts_slice_gpu_300{i}" for i in range(3)]
+        cursor.execute("SELECT entity FROM alerts_slice_state WHERE entity LIKE 'gpu%' ORDER BY 1")
+        assert [r[0] for r in cursor.fetchall()] == [f"gpu@{i}/3" for i in range(3)]
 
 
 def truncate_slices() -> None:

@@ -109,6 +109,23 @@ def ensure_partitions(shards: list[Shard]) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext('pitwall.alert_slice_partitions'))")
         for table, shard in missing:
             cursor.execute(partition_sql(table, shard.code))
+        _drop_other_counts(cursor, shards[0].of)
+
+
+def _drop_other_counts(cursor, count: int) -> None:
+    """A new lane count: the partitions of the others and their watermarks go (they would
+    hold a fleet's worth of stale slices; coming back to a count rebuilds its windows)."""
+    for table in SLICES.values():
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(%s)", [table.name])
+        for (name,) in cursor.fetchall():
+            code = int(name.rsplit("_", 1)[1])
+            if code // 1000 != count:
+                cursor.execute(f"DROP TABLE {name}")
+    mine = "%@%/" + str(count) if count > 1 else "%"
+    cursor.execute(f"DELETE FROM {STATE_TABLE} WHERE entity NOT LIKE %s "
+                   f"OR (%s = 1 AND entity LIKE '%%@%%')", [mine, count])
 
 
 def _exists(name: str) -> bool:
