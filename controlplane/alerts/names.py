@@ -43,12 +43,9 @@ class FleetNames:
         return out
 
     def scope_labels(self, hit: Hit) -> dict[str, str]:
-        """What a rule's label_matchers read (rules.SCOPE_LABELS); a label the target lacks
-        reads ""."""
-        return {"host": self.hosts.get(hit.host_id, ""),
-                "engine": self.engines.get(hit.engine_id, ""),
-                "gpu": self.gpus.get(hit.gpu_id, ("", 0))[0],
-                "model": self.models.get(hit.engine_id, "")}
+        """What a rule's label_matchers read (rules.SCOPE_LABELS): the alert's labels and the
+        engine's model (``silences.matches`` reads a label the target lacks as "")."""
+        return {**self.labels(hit), "model": self.models.get(hit.engine_id, "")}
 
     def fields(self, alert: Alert, value: float | None) -> dict[str, object]:
         uuid, index = self.gpus.get(alert.gpu_id, ("", "")) if alert.gpu_id else ("", "")

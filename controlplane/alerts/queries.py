@@ -98,8 +98,11 @@ def threshold_hits(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) 
     for entity, group in by_entity.items():
         for i, *row in fetch(*_entity_query(entity, group, now, shard)):
             hits[group[i - 1][0].id].append(Hit(*row))
+    if quantiles:
+        with connection.cursor() as cursor:
+            buckets = max_buckets(cursor)
     for group in quantiles.values():
-        for rule_id, found in _quantile_hits(group, now, shard).items():
+        for rule_id, found in _quantile_hits(group, now, shard, buckets).items():
             hits[rule_id] += found
     return hits
 
@@ -180,8 +183,6 @@ def _target_rows(entity: str, group: list[tuple[AlertRule, Metric]], now: dateti
                  shard: Shard) -> str:
     shape, table = _TARGETS[entity], SLICES[entity].name
     if shape.rows is not None:
-        if shard.whole:
-            return f"({shape.rows}) t"
         return f"(SELECT * FROM ({shape.rows}) r WHERE {shard.hosts('r.host_id')}) t"
     keys = ", ".join(shape.keys)
     lo = _literal(window_start(now, max(rule.window_s for rule, _ in group)))
@@ -193,13 +194,11 @@ def _literal(at: datetime) -> str:
     return f"TIMESTAMPTZ '{at.isoformat()}'"
 
 
-def _quantile_hits(group: list[AlertRule], now: datetime, shard: Shard) -> Hits:
+def _quantile_hits(group: list[AlertRule], now: datetime, shard: Shard, buckets: int) -> Hits:
     """Bucket counts summed per (engine, layout) over the window in SQL; the quantile of each
     engine from the layout holding most observations (a layout change inside the window)."""
     metric = rule_metric(group[0])
     layout, counts = f"{metric.key}_layout", f"{metric.key}_counts"
-    with connection.cursor() as cursor:
-        buckets = max_buckets(cursor)
     rows = fetch(
         f"SELECT t.engine_id, e.host_id, t.{layout}, {bucket_sums(f't.{counts}', buckets)} "
         f"FROM {SLICES[metric.entity].name} t JOIN fleet_engine e ON e.id = t.engine_id "

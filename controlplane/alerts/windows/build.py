@@ -100,38 +100,29 @@ def ensure_partitions(shards: list[Shard]) -> None:
     """The slice tables' partitions for these shards, created when missing. Outside the
     cycle's transaction: creating a partition locks its parent, which the lanes read. Two
     workers creating the same partition at once would collide in the catalog: the creation
-    holds a lock of its own."""
-    missing = [(table, shard) for table in SLICES.values() for shard in shards
-               if not _exists(partition_name(table, shard.code))]
+    holds a lock of its own. A new lane count drops the other counts' partitions and their
+    watermarks (a fleet's worth of stale slices otherwise; coming back to a count rebuilds its
+    windows)."""
+    wanted = {partition_name(table, shard.code): (table, shard)
+              for table in SLICES.values() for shard in shards}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT n FROM unnest(%s::text[]) n WHERE to_regclass(n) IS NULL",
+                       [list(wanted)])
+        missing = [wanted[name] for (name,) in cursor.fetchall()]
     if not missing:
         return
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext('pitwall.alert_slice_partitions'))")
         for table, shard in missing:
             cursor.execute(partition_sql(table, shard.code))
-        _drop_other_counts(cursor, shards[0].of)
-
-
-def _drop_other_counts(cursor, count: int) -> None:
-    """A new lane count: the partitions of the others and their watermarks go (they would
-    hold a fleet's worth of stale slices; coming back to a count rebuilds its windows)."""
-    for table in SLICES.values():
         cursor.execute(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = to_regclass(%s)", [table.name])
+            "WHERE i.inhparent = ANY(%s::regclass[])", [[t.name for t in SLICES.values()]])
         for (name,) in cursor.fetchall():
-            code = int(name.rsplit("_", 1)[1])
-            if code // 1000 != count:
+            if name not in wanted:
                 cursor.execute(f"DROP TABLE {name}")
-    mine = "%@%/" + str(count) if count > 1 else "%"
-    cursor.execute(f"DELETE FROM {STATE_TABLE} WHERE entity NOT LIKE %s "
-                   f"OR (%s = 1 AND entity LIKE '%%@%%')", [mine, count])
-
-
-def _exists(name: str) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
-        return cursor.fetchone()[0]
+        marks = [entity + shard.suffix for entity in SLICES for shard in shards]
+        cursor.execute(f"DELETE FROM {STATE_TABLE} WHERE entity <> ALL(%s::text[])", [marks])
 
 
 def isolated() -> None:
