@@ -97,6 +97,7 @@ def write(buckets: dict[str, Bucket], plans: list[Plan], default: Plan, silences
 
     sends: list[tuple[NotificationGroup, Plan, Outcome]] = []
     changed, created = [], []
+    group_of = _groups_of_alerts(buckets)
     for key in set(rows) | set(buckets):
         row, bucket = rows.get(key), buckets.get(key)
         if bucket is None:
@@ -108,7 +109,12 @@ def write(buckets: dict[str, Bucket], plans: list[Plan], default: Plan, silences
         if row is None:
             row = NotificationGroup(key=key, route=bucket.plan.route,
                                     group_labels=bucket.group_labels)
-        outcome = decide(row.first_seen_at, row.last_sent_at, row.sent, bucket, silenced,
+        # An alert sent in this group that is now in another group of the route (its
+        # group_by changed) has not resolved: it leaves this group without a word.
+        route_id = bucket.plan.route.id if bucket.plan.route else None
+        sent = {fp: a for fp, a in row.sent.items()
+                if group_of.get((route_id, fp), key) == key}
+        outcome = decide(row.first_seen_at, row.last_sent_at, sent, bucket, silenced,
                          resolved_at, now)
         state = (outcome.first_seen_at, outcome.last_sent_at, outcome.sent)
         if state != (row.first_seen_at, row.last_sent_at, row.sent):
@@ -122,6 +128,16 @@ def write(buckets: dict[str, Bucket], plans: list[Plan], default: Plan, silences
         [notification(row, plan, outcome, channel, now)
          for row, plan, outcome in sends for channel in plan.channels])
     return [n.id for n in made]
+
+
+def _groups_of_alerts(buckets: dict[str, Bucket]) -> dict[tuple[int | None, str], str]:
+    """(route id, fingerprint) -> the key of the group the alert is in now, firing or muted."""
+    out = {}
+    for key, bucket in buckets.items():
+        route_id = bucket.plan.route.id if bucket.plan.route else None
+        for fp in (*bucket.firing, *bucket.muted):
+            out[(route_id, fp)] = key
+    return out
 
 
 def resolved_times(rows, buckets: dict[str, Bucket]) -> dict[str, datetime]:

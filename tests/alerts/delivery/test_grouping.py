@@ -121,3 +121,23 @@ def test_an_alert_that_fires_again_is_a_change_of_its_group(webhook, receiver):
 
     [body] = again.payload["alerts"]
     assert (body["status"], body["starts_at"]) == ("firing", "2026-12-02T15:03:00Z")
+
+
+def test_regrouping_a_route_resolves_only_the_alerts_that_stopped_firing(webhook, receiver):
+    route = Route.objects.create(name="by alert", group_by=["alertname"])
+    route.channels.add(webhook)
+    fire("KVCacheFull", "gpu-01")
+    gone = fire("KVCacheFull", "gpu-02")
+    cycle(at(30))
+    # An operator now groups by host too; one of the alerts resolves meanwhile.
+    Route.objects.filter(id=route.id).update(group_by=["alertname", "host"])
+    resolve(gone, at(minutes=5))
+
+    made = cycle(at(minutes=6))
+
+    sent = sorted((n.payload["group_labels"].get("host", "*"), fingerprints(n.payload))
+                  for n in made)
+    # The old group says gpu-02 resolved and nothing about gpu-01, which still fires: it moved
+    # to its new group, announced there.
+    assert sent == [("*", [("gpu-02", "resolved")]), ("gpu-01", [("gpu-01", "firing")])]
+    assert cycle(at(minutes=20)) == []
