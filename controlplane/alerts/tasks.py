@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 
 from controlplane.alerts.delivery.tasks import dispatch_notifications
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import AlertState
+
+log = logging.getLogger(__name__)
 
 # Transitions a notification reports: dispatch at once instead of at its next beat tick.
 NOTIFIED = (AlertState.FIRING, AlertState.RESOLVED)
@@ -16,7 +22,15 @@ NOTIFIED = (AlertState.FIRING, AlertState.RESOLVED)
 @shared_task(autoretry_for=(OperationalError,), retry_backoff=True, retry_jitter=True,
              max_retries=2, ignore_result=True)
 def evaluate_rules() -> dict:
+    started = time.monotonic()
     result = evaluate()
+    took, interval = time.monotonic() - started, settings.PITWALL["ALERT_EVAL_INTERVAL_S"]
+    if took > interval:
+        # The next tick finds the lock held and skips: rules run less often than configured.
+        log.warning("alert evaluation: a cycle of %d rules took %.1f s, longer than its %d-s "
+                    "interval; the next cycle is skipped. Give PostgreSQL more cores and "
+                    "PITWALL_ALERT_EVAL_LANES as many lanes (docs/alerts.md, Sizing)",
+                    result.rules, took, interval)
     if any(to in NOTIFIED for *_, to in result.transitions):
         dispatch_notifications.delay()
     return {"skipped": result.skipped, "rules": result.rules, "hits": result.hits,

@@ -48,6 +48,17 @@ def test_the_task_evaluates_every_enabled_rule(empty_samples):
     assert not outcome["skipped"]
 
 
+def test_a_cycle_longer_than_its_interval_is_logged_with_what_to_do(empty_samples, settings,
+                                                                     caplog):
+    settings.PITWALL = {**settings.PITWALL, "ALERT_EVAL_INTERVAL_S": 10**6}
+    evaluate_rules()
+    assert "longer than its" not in caplog.text
+    settings.PITWALL = {**settings.PITWALL, "ALERT_EVAL_INTERVAL_S": 0}  # any cycle overruns it
+    evaluate_rules()
+    assert "longer than its 0-s interval" in caplog.text
+    assert "PITWALL_ALERT_EVAL_LANES" in caplog.text
+
+
 def test_beat_runs_the_evaluation_every_10_seconds_by_default():
     entry = app.conf.beat_schedule["evaluate-alert-rules"]
     assert entry["task"] == "controlplane.alerts.tasks.evaluate_rules"
