@@ -127,7 +127,7 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]], now: datet
             if lo not in firsts:
                 firsts[lo] = f"f{len(firsts)}"
                 fetches.append(f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {on} "
-                               f"AND {_from_on(shape.keys, shard, lo)} ORDER BY x.ts LIMIT 1) "
+                               f"AND {_at_or_after(shape.keys, shard, lo)} ORDER BY x.ts LIMIT 1) "
                                f"{firsts[lo]} ON true")
             value_of_rule[rule.id] = point(column_for(metric).name, rule.aggregation,
                                            rule.bitmask, lo, firsts[lo])
@@ -150,12 +150,12 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]], now: datet
     return sql, [rule.threshold for rule, _ in group]
 
 
-def _from_on(keys: tuple[str, ...], shard: Shard, lo: str) -> str:
+def _at_or_after(keys: tuple[str, ...], shard: Shard, lo: str) -> str:
     """SQL: slice ``x`` of target ``t`` is at or after ``lo``, as a row comparison in
     primary-key order, which only the primary key can serve. As a plain ``x.ts >= lo`` the
     planner, sure from statistics that lag the newest slices that few rows are that new, walks
-    the ``ts`` index instead and filters every slice since ``lo`` for each target: 5 s instead
-    of 40 ms for the GPUs' lookups once the slices lie in time order on disk."""
+    the ``ts`` index instead and filters every slice since ``lo`` for each target: a GPU query
+    of 6.4 s instead of ~1 s once the slices lie in time order on disk (BENCHMARKS.md §7)."""
     mine = ", ".join(f"x.{k}" for k in keys)
     theirs = ", ".join(f"t.{k}" for k in keys)
     return f"(x.shard, {mine}, x.ts) >= ({shard.code}, {theirs}, {lo})"

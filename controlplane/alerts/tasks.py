@@ -26,10 +26,11 @@ def evaluate_rules() -> dict:
     result = evaluate()
     took, interval = time.monotonic() - started, settings.PITWALL["ALERT_EVAL_INTERVAL_S"]
     if took > interval:
-        # The next tick finds the lock held and skips: rules run less often than configured.
+        # Ticks that came meanwhile waited or found the lock held: rules ran less often.
         log.warning("alert evaluation: a cycle of %d rules took %.1f s, longer than its %d-s "
-                    "interval; the next cycle is skipped. Give PostgreSQL more cores and "
-                    "PITWALL_ALERT_EVAL_LANES as many lanes (docs/alerts.md, Sizing)",
+                    "interval, so rules are evaluated less often than configured. Give "
+                    "PostgreSQL more cores and PITWALL_ALERT_EVAL_LANES as many lanes "
+                    "(docs/alerts.md, Sizing)",
                     result.rules, took, interval)
     if any(to in NOTIFIED for *_, to in result.transitions):
         dispatch_notifications.delay()
