@@ -101,6 +101,13 @@ def _cycle(rules: list[AlertRule], now: datetime, shard: Shard) -> Outcome:
 def run_queries(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) -> Hits:
     """Inside a transaction: bring the shard's slices up to ``now``, then every rule's query
     over the shard's targets."""
+    statement_settings()
+    windows.refresh(now, slice_needs(rules), shard)
+    return query_slices(rules, now, shard)
+
+
+def statement_settings() -> None:
+    """For the rest of the transaction: how the cycle's statements must be planned."""
     with connection.cursor() as cursor:
         # These statements carry hundreds of expressions: PostgreSQL's JIT would spend
         # seconds compiling them for runs of a few hundred milliseconds (BENCHMARKS.md §7).
@@ -110,7 +117,10 @@ def run_queries(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) -> 
         cursor.execute("SET LOCAL enable_memoize = off")
         # Hundreds of aggregate states per target: grouped in memory, not spilled to disk.
         cursor.execute("SET LOCAL work_mem = '64MB'")
-    windows.refresh(now, slice_needs(rules), shard)
+
+
+def query_slices(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) -> Hits:
+    """Every rule's query over the shard's slices as they are (up to ``now``)."""
     hits: Hits = defaultdict(list)
     hits.update(threshold_hits([r for r in rules if r.kind == RuleKind.THRESHOLD], now, shard))
     for rule in rules:

@@ -1,23 +1,39 @@
 """What a rule would fire on now: its queries run once, nothing stored.
 
 The rule editor and ``POST /api/v1/alert-rules/preview/`` call this with an unsaved, validated
-rule. The same queries and scope as a real cycle run (``evaluate.run_queries``/``scoped``), so a
-preview never disagrees with the evaluator about which targets meet the condition.
+rule. The same queries and scope as a real cycle run (``evaluate.query_slices``/``scoped``), so
+a preview never disagrees with the evaluator about which targets meet the condition.
+
+When the evaluator's slices cover the rule's window (its enabled rules read windows at least as
+long, and it ran within the last two intervals), the preview reads them as of the evaluator's
+last cycle: at fleet scale, building a 5-minute window of 8,000 GPUs from raw rows took 26 s.
+Otherwise it builds slices of its own, in temporary tables dropped with its transaction, and
+reads them as of now.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.alerts import windows
-from controlplane.alerts.evaluate import run_queries, scoped
+from controlplane.alerts.evaluate import (
+    query_slices,
+    run_queries,
+    scoped,
+    slice_needs,
+    statement_settings,
+)
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.names import FleetNames
+from controlplane.alerts.queries import Hits
 from controlplane.alerts.rules import render_summary
+from controlplane.alerts.shards import Shard, shards
+from controlplane.alerts.windows.schema import STATE_TABLE
 
 PREVIEW_ID = -1  # stands in for the id of an unsaved rule inside the queries
 MAX_TARGETS = 200  # a preview lists this many; ``count`` says how many there are
@@ -51,10 +67,8 @@ def preview(rule: AlertRule, now: datetime | None = None) -> Preview:
     rule.id = PREVIEW_ID if saved_id is None else saved_id
     try:
         with transaction.atomic():
-            # its own slices for its own window, dropped with the transaction: the
-            # evaluator's are neither read half-built nor touched
-            windows.isolated()
-            found = scoped([rule], run_queries([rule], now)).get(rule.id, [])
+            found, now = _from_evaluator(rule, now) or _own_slices(rule, now)
+            found = scoped([rule], found).get(rule.id, [])
             transaction.set_rollback(True)
     finally:
         rule.id = saved_id
@@ -71,3 +85,38 @@ def preview(rule: AlertRule, now: datetime | None = None) -> Preview:
             gpu=labels.get("gpu", ""), value=hit.value,
             summary=render_summary(rule, names.fields(alert, hit.value))))
     return Preview(now=now, count=len(found), hits=hits, fires_after_s=rule.for_s)
+
+
+def _own_slices(rule: AlertRule, now: datetime) -> tuple[Hits, datetime]:
+    # its own slices for its own window, dropped with the transaction: the evaluator's are
+    # neither read half-built nor touched
+    windows.isolated()
+    return run_queries([rule], now), now
+
+
+def _from_evaluator(rule: AlertRule, now: datetime) -> tuple[Hits, datetime] | None:
+    """The rule's hits over the evaluator's slices, shard by shard, each as of its last cycle;
+    and the earliest of those instants. None when they do not cover the rule's window."""
+    needs = slice_needs([rule])
+    parts = shards(settings.PITWALL["ALERT_EVAL_LANES"])
+    fresh = now - timedelta(seconds=2 * settings.PITWALL["ALERT_EVAL_INTERVAL_S"])
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE} WHERE entity = ANY(%s)",
+                       [[entity + shard.suffix for entity in needs for shard in parts]])
+        marks = {key: (lo, hi) for key, lo, hi in cursor.fetchall()}
+    instants: dict[Shard, datetime] = {}
+    for shard in parts:
+        for entity, longest in needs.items():
+            mark = marks.get(entity + shard.suffix)
+            if mark is None or not fresh <= mark[1] <= now or \
+                    mark[0] > windows.window_start(mark[1], longest):
+                return None
+            instants[shard] = min(instants.get(shard, mark[1]), mark[1])
+    if not instants:  # a rule that reads no slices (agent offline): the fleet tables now
+        return None
+    statement_settings()
+    hits: Hits = {}
+    for shard, at in instants.items():
+        for rule_id, found in query_slices([rule], at, shard).items():
+            hits.setdefault(rule_id, []).extend(found)
+    return hits, min(instants.values())

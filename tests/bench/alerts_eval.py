@@ -191,6 +191,26 @@ def measure(end: datetime, cycles: int) -> list[dict]:
     return out
 
 
+def measure_previews(end: datetime) -> list[dict]:
+    """The rule editor's preview of a few drafts right after the last cycle: over the
+    evaluator's slices, and built from raw rows (a window no enabled rule reads as long)."""
+    from controlplane.alerts.models import AlertRule
+    from controlplane.alerts.preview import preview
+
+    out, at = [], end + timedelta(seconds=1)  # a request a second after the last cycle
+    for metric, agg, window_s in (("gpu.temp_c", "max", 300), ("gpu.temp_c", "max", 900),
+                                  ("engine.kv_cache_usage", "avg", 120)):
+        draft = AlertRule(name="draft", metric=metric, aggregation=agg, window_s=window_s,
+                          op=">", threshold=80, summary="{value}")
+        wall = time.perf_counter()
+        result = preview(draft, at)
+        out.append({"rule": f"{agg} {metric} {window_s} s", "targets": result.count,
+                    "wall_s": round(time.perf_counter() - wall, 2),
+                    "read": "evaluator's slices" if result.now < at else "built from raw rows"})
+        print(f"  preview {out[-1]}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     harness.open_bench_database(reuse=args.reuse)
@@ -219,6 +239,7 @@ def main(argv=None) -> int:
     report["rules"] = AlertRule.objects.filter(enabled=True).count()
     print(f"{report['rules']} rules, {args.cycles} cycles:", flush=True)
     report["cycles"] = measure(end, args.cycles)
+    report["previews"] = measure_previews(end)
     steady = report["cycles"][1:] or report["cycles"]
     report["steady_wall_s_median"] = statistics.median(c["wall_s"] for c in steady)
     report["steady_cpu_s_median"] = statistics.median(
