@@ -211,6 +211,27 @@ def measure_previews(end: datetime) -> list[dict]:
     return out
 
 
+def measure_dispatch(end: datetime) -> dict:
+    """Notification dispatch over the storm's firing alerts (it runs every 5 s and after each
+    cycle that fires or resolves): the first pass makes the groups, the next ones are steady.
+    The channel is never called: dispatch only queues."""
+    from controlplane.alerts.delivery.dispatch import dispatch
+    from controlplane.alerts.delivery.models import Channel
+    from controlplane.alerts.models import Alert
+
+    Channel.objects.get_or_create(name="bench webhook", defaults={
+        "kind": "webhook", "config": {"url": "http://127.0.0.1:9/", "secret": "b" * 32}})
+    passes = []
+    for i in range(3):
+        wall, cpu = time.perf_counter(), time.process_time()
+        queued = len(dispatch(end + timedelta(seconds=40 * i)))
+        passes.append({"wall_s": round(time.perf_counter() - wall, 2),
+                       "python_cpu_s": round(time.process_time() - cpu, 2), "queued": queued})
+    out = {"firing": Alert.objects.filter(state="firing").count(), "passes": passes}
+    print(f"  dispatch {out}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     harness.open_bench_database(reuse=args.reuse)
@@ -240,6 +261,7 @@ def main(argv=None) -> int:
     print(f"{report['rules']} rules, {args.cycles} cycles:", flush=True)
     report["cycles"] = measure(end, args.cycles)
     report["previews"] = measure_previews(end)
+    report["dispatch"] = measure_dispatch(end)
     steady = report["cycles"][1:] or report["cycles"]
     report["steady_wall_s_median"] = statistics.median(c["wall_s"] for c in steady)
     report["steady_cpu_s_median"] = statistics.median(

@@ -94,10 +94,12 @@ def test_anonymous_visitors_are_sent_to_the_login_page(firing, hot_rule):
 
 
 def test_the_link_of_a_notification_opens_the_alert(signed_in, firing, settings):
-    from controlplane.alerts.delivery.dispatch import message_alert
+    from controlplane.alerts.delivery.dispatch import Firing, RuleText, message_alert
+    from controlplane.alerts.models import Alert
 
     settings.PITWALL = {**settings.PITWALL, "ALERT_EXTERNAL_URL": "https://pitwall.example"}
-    link = message_alert(firing, timezone.now()).generator_url
+    row = Firing(*Alert.objects.filter(id=firing.id).values_list(*Firing._fields).get())
+    link = message_alert(row, RuleText("GPU too hot", "", ""), timezone.now()).generator_url
     response = signed_in.get(urlparse(link).path)
     assert response.status_code == 200 and "GPU too hot" in response.content.decode()
 

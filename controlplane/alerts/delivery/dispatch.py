@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -18,8 +19,8 @@ from django.utils import timezone
 from controlplane.alerts.delivery.grouping import Bucket, Outcome, decide
 from controlplane.alerts.delivery.models import Notification, NotificationGroup
 from controlplane.alerts.delivery.routing import Plan, load_plans, plans_for
-from controlplane.alerts.models import Alert, AlertState
-from controlplane.alerts.silences import active_silences, matches, silenced_by
+from controlplane.alerts.models import Alert, AlertRule, AlertState
+from controlplane.alerts.silences import active_silences, matches
 from controlplane.alerts.transports import Alert as MessageAlert
 from controlplane.alerts.transports import Notification as Message
 
@@ -39,9 +40,28 @@ def retry_for() -> timedelta:
     return timedelta(seconds=int(setting("ALERT_DELIVERY_RETRY_FOR_S", 24 * 3600)))
 
 
-def message_alert(alert: Alert, now: datetime) -> MessageAlert:
-    annotations = {"summary": alert.summary or alert.rule.summary or alert.rule.name,
-                   "description": alert.rule.description}
+class Firing(NamedTuple):
+    """What dispatch reads of a firing alert: a plain row, not a model instance (a storm has
+    tens of thousands, read every few seconds)."""
+
+    id: int
+    fingerprint: str
+    labels: dict
+    summary: str
+    started_at: datetime | None
+    acknowledged_at: datetime | None
+    rule_id: int
+
+
+class RuleText(NamedTuple):
+    name: str
+    summary: str
+    description: str
+
+
+def message_alert(alert: Firing, rule: RuleText, now: datetime) -> MessageAlert:
+    annotations = {"summary": alert.summary or rule.summary or rule.name,
+                   "description": rule.description}
     base = external_url()
     return MessageAlert(
         fingerprint=alert.fingerprint, status="firing",
@@ -68,9 +88,12 @@ def dispatch(now: datetime | None = None) -> list[int]:
 
 def collect(plans: list[Plan], default: Plan, silences: list, now: datetime) -> dict[str, Bucket]:
     buckets: dict[str, Bucket] = {}
-    for alert in Alert.objects.filter(state=AlertState.FIRING).select_related("rule"):
+    rules = {id_: RuleText(*text) for id_, *text in
+             AlertRule.objects.values_list("id", "name", "summary", "description")}
+    for row in Alert.objects.filter(state=AlertState.FIRING).values_list(*Firing._fields):
+        alert = Firing(*row)
         labels = {k: str(v) for k, v in (alert.labels or {}).items()}
-        silenced = silenced_by(alert, now, silences) is not None
+        silenced = any(matches(s.matchers, labels) for s in silences)
         for plan in plans_for(labels, plans, default):
             group_labels = plan.group_labels(labels)
             key = plan.group_key(group_labels)
@@ -78,7 +101,7 @@ def collect(plans: list[Plan], default: Plan, silences: list, now: datetime) -> 
             if silenced:
                 bucket.muted.add(alert.fingerprint)
                 continue
-            bucket.firing[alert.fingerprint] = message_alert(alert, now)
+            bucket.firing[alert.fingerprint] = message_alert(alert, rules[alert.rule_id], now)
             if alert.acknowledged_at is not None:
                 bucket.acknowledged.add(alert.fingerprint)
     return buckets
