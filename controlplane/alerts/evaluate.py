@@ -98,11 +98,12 @@ def _cycle(rules: list[AlertRule], now: datetime, shard: Shard) -> Outcome:
     return sum(map(len, hits.values())), apply_hits(rules, hits, now, shard)
 
 
-def run_queries(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) -> Hits:
-    """Inside a transaction: bring the shard's slices up to ``now``, then every rule's query
-    over the shard's targets."""
+def run_queries(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE,
+                columns: dict[str, frozenset[str]] | None = None) -> Hits:
+    """Inside a transaction: bring the shard's slices up to ``now`` (``columns``: only these
+    metrics, ``windows.refresh``), then every rule's query over the shard's targets."""
     statement_settings()
-    windows.refresh(now, slice_needs(rules), shard)
+    windows.refresh(now, slice_needs(rules), shard, columns)
     return query_slices(rules, now, shard)
 
 

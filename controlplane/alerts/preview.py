@@ -28,12 +28,13 @@ from controlplane.alerts.evaluate import (
     slice_needs,
     statement_settings,
 )
-from controlplane.alerts.models import Alert, AlertRule
+from controlplane.alerts.models import Alert, AlertRule, RuleKind
 from controlplane.alerts.names import FleetNames
 from controlplane.alerts.queries import Hits
-from controlplane.alerts.rules import render_summary
+from controlplane.alerts.rules import render_summary, rule_metric
 from controlplane.alerts.shards import Shard, shards
 from controlplane.alerts.windows.schema import STATE_TABLE
+from controlplane.telemetry.schema import column_for
 
 PREVIEW_ID = -1  # stands in for the id of an unsaved rule inside the queries
 MAX_TARGETS = 200  # a preview lists this many; ``count`` says how many there are
@@ -89,9 +90,14 @@ def preview(rule: AlertRule, now: datetime | None = None) -> Preview:
 
 def _own_slices(rule: AlertRule, now: datetime) -> tuple[Hits, datetime]:
     # its own slices for its own window, dropped with the transaction: the evaluator's are
-    # neither read half-built nor touched
+    # neither read half-built nor touched; a threshold rule's of its one metric only
     windows.isolated()
-    return run_queries([rule], now), now
+    columns = None
+    if rule.kind == RuleKind.THRESHOLD:
+        metric = rule_metric(rule)
+        column = metric.key if metric.kind == "histogram" else column_for(metric).name
+        columns = {metric.entity: frozenset({column})}
+    return run_queries([rule], now, columns=columns), now
 
 
 def _from_evaluator(rule: AlertRule, now: datetime) -> tuple[Hits, datetime] | None:

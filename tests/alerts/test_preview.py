@@ -10,7 +10,7 @@ from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.preview import preview
 from controlplane.telemetry.schema import TABLES
-from tests.alerts.conftest import T0, make_node, samples
+from tests.alerts.conftest import T0, make_node, rule, run, samples, ttft_layout
 
 S = timedelta(seconds=1)
 
@@ -93,3 +93,31 @@ def test_stale_evaluator_slices_are_not_read(empty_samples, settings):
     result = preview(draft(120), T0 + 60 * S)
 
     assert (result.count, result.now) == (0, T0 + 60 * S)
+
+
+def test_a_preview_folding_only_its_metric_agrees_with_the_evaluator(node):
+    """A preview's own slices hold the rule's one metric; a quantile, a bitmask share and a
+    rate read from them what the evaluator's full slices give."""
+    lay = ttft_layout()
+    samples("engine", {"engine_id": node.engine.id},
+            lambda ts: {"ttft_seconds_layout": lay, "ttft_seconds_counts": [0, 0, 9, 0, 1, 0, 0],
+                        "kv_cache_usage": 0.5}, T0 - 300 * S)
+    samples("gpu", {"gpu_id": node.gpus[0].id},
+            lambda ts: {"throttle_reasons": 0x40 if (ts - T0) // S % 20 else 0x1,
+                        "ecc_dbe_total": 3 + (2 if ts > T0 - 30 * S else 0), "temp_c": 50.0},
+            T0 - 300 * S)
+    drafts = [
+        dict(metric="engine.ttft_seconds", aggregation="quantile", quantile=0.99, window_s=300,
+             op=">", threshold=2.0),
+        dict(metric="gpu.throttle_reasons", aggregation="avg", bitmask=0x40, window_s=60,
+             op=">=", threshold=0.5),
+        dict(metric="gpu.ecc_dbe_total", aggregation="rate", window_s=60, op=">", threshold=0),
+    ]
+    previewed = []
+    for fields in drafts:  # all before the evaluator has slices to lend
+        draft = AlertRule(name=f"draft {fields['metric']}", summary="{value}", **fields)
+        draft.full_clean()
+        previewed.append([(h.target, h.value) for h in preview(draft, T0).hits])
+    for fields, found in zip(drafts, previewed, strict=True):
+        assert found, fields
+        assert found == [(a.target, a.value) for a in run(rule(**fields), T0)], fields

@@ -18,6 +18,7 @@ build whatever windows it wants without touching the evaluator's.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
@@ -52,9 +53,11 @@ def window_start(now: datetime, window_s: int) -> datetime:
     return floor_slice(now - timedelta(seconds=window_s))
 
 
-def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE) -> None:
+def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE,
+            columns: dict[Entity, frozenset[str]] | None = None) -> None:
     """Bring each entity's slices up to ``now`` for windows up to ``needs[entity]`` seconds,
-    for the targets of ``shard`` (each shard keeps a watermark of its own)."""
+    for the targets of ``shard`` (each shard keeps a watermark of its own). ``columns``: fold
+    only these metrics of an entity (a preview's own slices; the evaluator folds them all)."""
     with connection.cursor() as cursor:
         # the grouping sorts ~100 MB at fleet scale: in memory, not in temp files
         cursor.execute("SET LOCAL work_mem = '64MB'")
@@ -63,6 +66,8 @@ def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE) -> No
         buckets = max_buckets(cursor)
         for entity, longest in needs.items():
             table, key = SLICES[entity], entity + shard.suffix
+            if columns and entity in columns:
+                table = narrowed(table, columns[entity])
             lo = window_start(now, longest)
             mark = marks.get(key)
             if mark is None or mark[1] > now:
@@ -146,6 +151,22 @@ def _bin(alias: str = "t") -> str:
            f"{_EPOCH_SQL})"
 
 
+def narrowed(table: SliceTable, columns: frozenset[str]) -> SliceTable:
+    """The slice table with only these metric columns folded (raw column names; a histogram by
+    its metric key): the others stay NULL. A preview of one rule needs one."""
+    return replace(table, scalars=tuple(c for c in table.scalars if c.name in columns),
+                   bitmasks=tuple(c for c in table.bitmasks if c.name in columns),
+                   histograms=tuple(m for m in table.histograms if m.key in columns))
+
+
+def _read(table: SliceTable) -> str:
+    """The raw columns a fold reads (alias t)."""
+    names = [*table.keys, "ts", *(("engine_id",) if table.entity == "proc" else ()),
+             *(c.name for c in table.scalars),
+             *(c.name for c in table.raw.columns if c.part and c.metric in table.histograms)]
+    return ", ".join(f"t.{n}" for n in dict.fromkeys(names))
+
+
 def build_sql(table: SliceTable, shard: Shard = WHOLE, buckets: int = 1) -> str:
     """INSERT the slices of the raw rows in (%(lo)s, %(hi)s] of the shard's targets; one
     statement per entity. ``buckets``: the most buckets a histogram layout has."""
@@ -187,7 +208,7 @@ def build_sql(table: SliceTable, shard: Shard = WHOLE, buckets: int = 1) -> str:
     # The slice's first and last rows joined back from the rows read once (a hash join, not a
     # primary-key lookup per slice: those were a quarter of the fold).
     return (f"INSERT INTO {table.name} (shard, {', '.join(names)}) "
-            f"WITH r AS MATERIALIZED (SELECT t.* {scope}), "
+            f"WITH r AS MATERIALIZED (SELECT {_read(table)} {scope}), "
             f"g AS ({grouped.replace(scope, 'FROM r t')}) "
             f"SELECT {shard.code}, {', '.join(cols)} FROM g "
             f"JOIN r f ON {on('f')} AND f.ts = g.t0 JOIN r l ON {on('l')} AND l.ts = g.t1 "
