@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agents.protocol import Metric
 from controlplane.alerts import windows
 from controlplane.alerts.apply import apply_hits
 from controlplane.alerts.models import AlertRule, RuleKind
@@ -99,11 +100,11 @@ def _cycle(rules: list[AlertRule], now: datetime, shard: Shard) -> Outcome:
 
 
 def run_queries(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE,
-                columns: dict[str, frozenset[str]] | None = None) -> Hits:
-    """Inside a transaction: bring the shard's slices up to ``now`` (``columns``: only these
-    metrics, ``windows.refresh``), then every rule's query over the shard's targets."""
+                metrics: dict[str, frozenset[Metric]] | None = None) -> Hits:
+    """Inside a transaction: bring the shard's slices up to ``now`` (``metrics``: only these,
+    ``windows.refresh``), then every rule's query over the shard's targets."""
     statement_settings()
-    windows.refresh(now, slice_needs(rules), shard, columns)
+    windows.refresh(now, slice_needs(rules), shard, metrics)
     return query_slices(rules, now, shard)
 
 

@@ -30,10 +30,9 @@ class Shard:
         """The value of the slice tables' ``shard`` column: their partition for this shard."""
         return self.of * 1000 + self.index
 
-    @property
-    def suffix(self) -> str:
-        """Tells apart per-shard bookkeeping (the slices' watermarks)."""
-        return "" if self.whole else f"@{self.index}/{self.of}"
+    def mark(self, entity: str) -> str:
+        """The key of this shard's watermark of an entity's slices."""
+        return entity if self.whole else f"{entity}@{self.index}/{self.of}"
 
     def hosts(self, column: str) -> str:
         """SQL: the host id in ``column`` belongs to this shard (a NULL host: shard 0)."""

@@ -84,7 +84,12 @@ def silenced_by(alert: Alert, now: datetime | None = None,
     """The first active silence matching the alert; pass ``silences`` to check many alerts
     against one read of the active ones."""
     pool = active_silences(now) if silences is None else silences
-    return next((s for s in pool if matches(s.matchers, alert.labels)), None)
+    return silence_of(alert.labels, pool)
+
+
+def silence_of(labels: dict, silences) -> Silence | None:
+    """The first of ``silences`` whose matchers match these labels."""
+    return next((s for s in silences if matches(s.matchers, labels)), None)
 
 
 def is_silenced(alert: Alert, now: datetime | None = None,

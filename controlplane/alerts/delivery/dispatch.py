@@ -20,7 +20,7 @@ from controlplane.alerts.delivery.grouping import Bucket, Outcome, decide
 from controlplane.alerts.delivery.models import Notification, NotificationGroup
 from controlplane.alerts.delivery.routing import Plan, load_plans, plans_for
 from controlplane.alerts.models import Alert, AlertRule, AlertState
-from controlplane.alerts.silences import active_silences, matches
+from controlplane.alerts.silences import active_silences, silence_of
 from controlplane.alerts.transports import Alert as MessageAlert
 from controlplane.alerts.transports import Notification as Message
 
@@ -93,7 +93,7 @@ def collect(plans: list[Plan], default: Plan, silences: list, now: datetime) -> 
     for row in Alert.objects.filter(state=AlertState.FIRING).values_list(*Firing._fields):
         alert = Firing(*row)
         labels = {k: str(v) for k, v in (alert.labels or {}).items()}
-        silenced = any(matches(s.matchers, labels) for s in silences)
+        silenced = silence_of(labels, silences) is not None
         for plan in plans_for(labels, plans, default):
             group_labels = plan.group_labels(labels)
             key = plan.group_key(group_labels)
@@ -116,7 +116,7 @@ def write(buckets: dict[str, Bucket], plans: list[Plan], default: Plan, silences
     resolved_at = resolved_times(rows.values(), buckets)
 
     def silenced(labels: dict) -> bool:
-        return any(matches(s.matchers, labels) for s in silences)
+        return silence_of(labels, silences) is not None
 
     sends: list[tuple[NotificationGroup, Plan, Outcome]] = []
     changed, created = [], []
@@ -134,9 +134,8 @@ def write(buckets: dict[str, Bucket], plans: list[Plan], default: Plan, silences
                                     group_labels=bucket.group_labels)
         # An alert sent in this group that is now in another group of the route (its
         # group_by changed) has not resolved: it leaves this group without a word.
-        route_id = bucket.plan.route.id if bucket.plan.route else None
         sent = {fp: a for fp, a in row.sent.items()
-                if group_of.get((route_id, fp), key) == key}
+                if group_of.get((bucket.plan.route_id, fp), key) == key}
         outcome = decide(row.first_seen_at, row.last_sent_at, sent, bucket, silenced,
                          resolved_at, now)
         state = (outcome.first_seen_at, outcome.last_sent_at, outcome.sent)
@@ -157,9 +156,8 @@ def _groups_of_alerts(buckets: dict[str, Bucket]) -> dict[tuple[int | None, str]
     """(route id, fingerprint) -> the key of the group the alert is in now, firing or muted."""
     out = {}
     for key, bucket in buckets.items():
-        route_id = bucket.plan.route.id if bucket.plan.route else None
         for fp in (*bucket.firing, *bucket.muted):
-            out[(route_id, fp)] = key
+            out[(bucket.plan.route_id, fp)] = key
     return out
 
 

@@ -37,6 +37,10 @@ class Plan:
     def name(self) -> str:
         return self.route.name if self.route else "default"
 
+    @property
+    def route_id(self) -> int | None:
+        return self.route.id if self.route else None
+
     def matches(self, labels: dict[str, str]) -> bool:
         if self.route is None:
             return True

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 
-from agents.protocol import Entity
+from agents.protocol import Entity, Metric
 from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.alerts.windows.schema import (
     SLICE_S,
@@ -54,10 +54,10 @@ def window_start(now: datetime, window_s: int) -> datetime:
 
 
 def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE,
-            columns: dict[Entity, frozenset[str]] | None = None) -> None:
+            metrics: dict[Entity, frozenset[Metric]] | None = None) -> None:
     """Bring each entity's slices up to ``now`` for windows up to ``needs[entity]`` seconds,
-    for the targets of ``shard`` (each shard keeps a watermark of its own). ``columns``: fold
-    only these metrics of an entity (a preview's own slices; the evaluator folds them all)."""
+    for the targets of ``shard`` (each shard keeps a watermark of its own). ``metrics``: fold
+    only these of an entity (a preview's own slices; the evaluator folds them all)."""
     with connection.cursor() as cursor:
         # the grouping sorts ~100 MB at fleet scale: in memory, not in temp files
         cursor.execute("SET LOCAL work_mem = '64MB'")
@@ -65,9 +65,9 @@ def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE,
         marks = {entity: (lo, hi) for entity, lo, hi in cursor.fetchall()}
         buckets = max_buckets(cursor)
         for entity, longest in needs.items():
-            table, key = SLICES[entity], entity + shard.suffix
-            if columns and entity in columns:
-                table = narrowed(table, columns[entity])
+            table, key = SLICES[entity], shard.mark(entity)
+            if metrics and entity in metrics:
+                table = narrowed(table, metrics[entity])
             lo = window_start(now, longest)
             mark = marks.get(key)
             if mark is None or mark[1] > now:
@@ -132,7 +132,7 @@ def ensure_partitions(shards: list[Shard]) -> None:
         for (name,) in cursor.fetchall():
             if name not in wanted:
                 cursor.execute(f"DROP TABLE {name}")
-        marks = [entity + shard.suffix for entity in SLICES for shard in shards]
+        marks = [shard.mark(entity) for entity in SLICES for shard in shards]
         cursor.execute(f"DELETE FROM {STATE_TABLE} WHERE entity <> ALL(%s::text[])", [marks])
 
 
@@ -151,12 +151,12 @@ def _bin(alias: str = "t") -> str:
            f"{_EPOCH_SQL})"
 
 
-def narrowed(table: SliceTable, columns: frozenset[str]) -> SliceTable:
-    """The slice table with only these metric columns folded (raw column names; a histogram by
-    its metric key): the others stay NULL. A preview of one rule needs one."""
-    return replace(table, scalars=tuple(c for c in table.scalars if c.name in columns),
-                   bitmasks=tuple(c for c in table.bitmasks if c.name in columns),
-                   histograms=tuple(m for m in table.histograms if m.key in columns))
+def narrowed(table: SliceTable, metrics: frozenset[Metric]) -> SliceTable:
+    """The slice table with only these metrics folded: the others stay NULL. A preview of one
+    rule needs one."""
+    return replace(table, scalars=tuple(c for c in table.scalars if c.metric in metrics),
+                   bitmasks=tuple(c for c in table.bitmasks if c.metric in metrics),
+                   histograms=tuple(m for m in table.histograms if m in metrics))
 
 
 def _read(table: SliceTable) -> str:
