@@ -48,6 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="seconds between samples (agents send every second by default)")
     parser.add_argument("--minutes", type=int, default=7,
                         help="minutes of samples: the longest window (5 min) and some margin")
+    parser.add_argument("--quiet", action="store_true",
+                        help="a quiet fleet: no target in trouble, every generated threshold "
+                             "beyond what the load reaches (the default is an alert storm)")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded bench database")
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/alerts_eval.json")
     return parser.parse_args(argv)
@@ -68,7 +71,7 @@ def create_fleet(hosts: int) -> None:
                config={"gpu_memory_utilization": "0.9"}) for h in made)
 
 
-def load_samples(end: datetime, step_s: int, minutes: int) -> dict:
+def load_samples(end: datetime, step_s: int, minutes: int, quiet: bool = False) -> dict:
     from django.db import connection
 
     from controlplane.telemetry import partitions
@@ -82,7 +85,7 @@ def load_samples(end: datetime, step_s: int, minutes: int) -> dict:
     # Rows land in time order, as ingest writes them: the BRIN index on ts stays tight.
     in_time_order = "ORDER BY ts, x.id"
     # hashed per target so a few targets are in trouble for the whole stretch
-    bad = "(hashint4(x.id) & 63) = 0"
+    bad = "false" if quiet else "(hashint4(x.id) & 63) = 0"
     counts = "ARRAY[" + ", ".join(f"(random() * {9 - i})::int4" for i in range(len(BOUNDS) + 1)) \
         + "]"
     statements = {
@@ -129,7 +132,7 @@ def load_samples(end: datetime, step_s: int, minutes: int) -> dict:
     return out
 
 
-def threshold_rules(n: int, seed: int = 4) -> list:
+def threshold_rules(n: int, seed: int = 4, quiet: bool = False) -> list:
     from agents.protocol import CATALOG
     from controlplane.alerts.models import AlertRule
 
@@ -144,7 +147,7 @@ def threshold_rules(n: int, seed: int = 4) -> list:
         rule = AlertRule(name=f"bench rule {i:03d} {metric.name} {agg}", metric=metric.name,
                          aggregation=agg, quantile=rng.choice([0.5, 0.9, 0.99]) if histogram
                          else None, window_s=rng.choice([60, 120, 300]),
-                         op=rng.choice([">", ">="]), threshold=_threshold(metric, rng),
+                         op=rng.choice([">", ">="]), threshold=_threshold(metric, rng, quiet),
                          for_s=rng.choice([0, 30, 60, 300]), keep_firing_for_s=rng.choice([0, 60]),
                          summary="{host}: {value}")
         rule.full_clean()
@@ -153,8 +156,13 @@ def threshold_rules(n: int, seed: int = 4) -> list:
     return rules
 
 
-def _threshold(metric, rng: random.Random) -> float:
-    """Above the healthy values of the load, so mostly the targets in trouble fire."""
+def _threshold(metric, rng: random.Random, quiet: bool = False) -> float:
+    """Near the top of the load's noise, so the targets in trouble fire and, for `max` over
+    busy GPU metrics (utilisation 60-100 %), whole fleets do: a storm. ``quiet``: beyond
+    anything the load reaches."""
+    if quiet:
+        return {"%": 100.5, "ratio": 0.99, "bytes": 2**41}.get(
+            metric.unit, 1000.0 if metric.kind == "histogram" else 10**7)
     if metric.unit == "%":
         return rng.choice([85, 90, 95])
     if metric.unit == "ratio":
@@ -249,10 +257,10 @@ def main(argv=None) -> int:
         print(f"loading {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {args.minutes} min at "
               f"{args.step} s", flush=True)
         create_fleet(args.hosts)
-        tables = load_samples(end, args.step, args.minutes)
+        tables = load_samples(end, args.step, args.minutes, args.quiet)
         report["load"] = {"end": end.isoformat(), "tables": tables}
         pack = AlertRule.objects.count()
-        threshold_rules(max(0, args.rules - pack))
+        threshold_rules(max(0, args.rules - pack), quiet=args.quiet)
         print(f"  {report['load']['tables']}", flush=True)
         state_file.parent.mkdir(parents=True, exist_ok=True)
         state_file.write_text(json.dumps(report["load"]))
