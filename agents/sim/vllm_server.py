@@ -7,6 +7,12 @@ Each data-parallel rank is an EngineModel driven by real time: every scrape, com
 POST /v1/completions joins the simulated queue and answers when the engine has generated its
 tokens. /metrics is exactly vLLM's; the simulation says what it is only on /v1/models
 (``owned_by: pitwall-sim``) and on GET /sim/state, which the simulated GPUs read.
+
+It takes ``vllm serve``'s flags: those it models change the simulation, every other one is
+accepted and named once on stderr as ignored, so the agent's supervisor can start it with the
+argv it would give the real server. On SIGTERM it drains like vLLM's API server: new
+completions and /health get 503 while the running requests finish, for at most
+``--drain-seconds`` (a flag of the simulation only; real vLLM has none), then it exits 0.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class SimOptions:
     load: float = 4.0
     seed: int | None = None
     startup_seconds: float = 0.0
+    drain_seconds: float = 30.0  # sim-only: how long SIGTERM lets running requests finish
 
 
 class ApiError(Exception):
@@ -76,6 +83,9 @@ class SimVllm:
         self.closed = threading.Event()
         self.wake = threading.Event()  # tells the ticker a completion now waits
         self.waiters = 0
+        self.draining = threading.Event()  # SIGTERM: refuse new work, finish what runs
+        self.in_flight = 0  # HTTP requests between their first byte and their reply's last
+        self.idle = threading.Condition(self.lock)
         self._seen_prompts: set[int] = set()
 
     @property
@@ -145,6 +155,10 @@ class SimVllm:
             self._advance()
             if not self.engines:
                 raise ApiError(503, "the engine is starting", "ServiceUnavailableError")
+            # Checked under the lock that counts waiters, so a drain sees every request it
+            # must wait for.
+            if self.draining.is_set():
+                raise ApiError(503, "the server is shutting down", "ServiceUnavailableError")
             engine = min(self.engines, key=lambda e: len(e.waiting) + len(e.running))
             spec = RequestSpec(prompt, max_tokens, max_tokens, prompt if seen else 0)
             try:
@@ -163,6 +177,20 @@ class SimVllm:
             self._seen_prompts.clear()
         self._seen_prompts.add(key)
         return seen
+
+    def enter(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self.idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until no HTTP request is in flight, at most timeout_s; False on timeout."""
+        with self.lock:
+            return self.idle.wait_for(lambda: self.in_flight == 0, timeout_s)
 
     def models(self) -> dict[str, Any]:
         model = self.options.engine.model
@@ -224,6 +252,14 @@ class Handler(BaseHTTPRequestHandler):
         self._route("POST")
 
     def _route(self, method: str) -> None:
+        # Counted until the reply is written, so a drain does not exit under a reply.
+        self.server.sim.enter()
+        try:
+            self._answer(method)
+        finally:
+            self.server.sim.leave()
+
+    def _answer(self, method: str) -> None:
         started, sim, path = time.perf_counter(), self.server.sim, self.path.split("?")[0]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -250,6 +286,8 @@ class Handler(BaseHTTPRequestHandler):
         if not sim.ready:
             raise ApiError(503, "the engine is starting", "ServiceUnavailableError")
         if path == "/health":
+            if sim.draining.is_set():
+                raise ApiError(503, "the server is shutting down", "ServiceUnavailableError")
             return 200, b"", {}
         if path == "/metrics":
             return 200, *sim.scrape(self.headers.get("Accept", ""),
@@ -303,6 +341,11 @@ class RunningServer:
             sim.wake.clear()
             sim.tick()
 
+    def drain(self, timeout_s: float) -> bool:
+        """Refuse new completions and let the running ones answer; False if some did not."""
+        self.sim.draining.set()
+        return self.sim.wait_idle(timeout_s)
+
     def close(self) -> None:
         self.sim.closed.set()
         self.sim.wake.set()
@@ -317,31 +360,58 @@ def start(options: SimOptions, clock: Callable[[], float] = time.monotonic) -> R
     return RunningServer(sim, SimHttpServer(sim, options.host, options.port))
 
 
-def parse_args(argv: Sequence[str]) -> SimOptions:
-    p = argparse.ArgumentParser(prog="python -m agents.sim.vllm_server",
+def _parser() -> argparse.ArgumentParser:
+    # No abbreviations: a real vLLM flag must never be read as a prefix of one of ours.
+    p = argparse.ArgumentParser(prog="python -m agents.sim.vllm_server", allow_abbrev=False,
                                 description="A simulated vLLM 0.33 OpenAI-compatible server.")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default=EngineConfig.model)
-    for flag, kind, default in (
-            ("--max-num-seqs", int, 256), ("--max-num-batched-tokens", int, 8192),
-            ("--gpu-memory-utilization", float, 0.9), ("--tensor-parallel-size", int, 1),
-            ("--data-parallel-size", int, 1), ("--block-size", int, 16),
-            ("--max-model-len", int, 8192), ("--gpu-mem-bytes", int, 80 * GIB),
-            ("--load", float, 4.0), ("--seed", int, None), ("--startup-seconds", float, 0.0)):
-        p.add_argument(flag, type=kind, default=default)
-    p.add_argument("--gpu-indices", default=None, help='the simulated GPUs, e.g. "0,1"')
-    a = p.parse_args(argv)
+    for flags, kind, default in (
+            (("--max-num-seqs",), int, 256), (("--max-num-batched-tokens",), int, 8192),
+            (("--gpu-memory-utilization",), float, 0.9),
+            (("--tensor-parallel-size", "-tp"), int, 1),
+            (("--data-parallel-size", "-dp"), int, 1), (("--block-size",), int, 16),
+            (("--max-model-len",), int, 8192), (("--gpu-mem-bytes",), int, 80 * GIB),
+            (("--load",), float, 4.0), (("--seed",), int, None),
+            (("--startup-seconds",), float, 0.0)):
+        p.add_argument(*flags, type=kind, default=default)
+    p.add_argument("--gpu-indices", default=None,
+                   help='the simulated GPUs, e.g. "0,1" (default: CUDA_VISIBLE_DEVICES)')
+    p.add_argument("--drain-seconds", type=float, default=30.0,
+                   help="simulation only: on SIGTERM, how long running requests may finish")
+    return p
+
+
+def parse_known(argv: Sequence[str]) -> tuple[SimOptions, list[str]]:
+    """The options, and the flags of `vllm serve` the simulation accepts but does not model."""
+    a, extras = _parser().parse_known_args(argv)
     engine = EngineConfig(a.model, a.max_num_seqs, a.max_num_batched_tokens,
                           a.gpu_memory_utilization, a.tensor_parallel_size, a.block_size,
                           a.max_model_len, a.gpu_mem_bytes)
-    gpus = None if a.gpu_indices is None else [int(i) for i in a.gpu_indices.split(",") if i]
-    return SimOptions(engine, a.host, a.port, a.data_parallel_size, gpus, a.load, a.seed,
-                      a.startup_seconds)
+    # The supervisor chooses a process's GPUs with CUDA_VISIBLE_DEVICES, as for real vLLM
+    # (indices only: a real host's GPU UUIDs there mean nothing to the simulated GPUs).
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    indices = a.gpu_indices or (visible if visible.replace(",", "").isdigit() else None)
+    gpus = None if indices is None else [int(i) for i in indices.split(",") if i]
+    options = SimOptions(engine, a.host, a.port, a.data_parallel_size, gpus, a.load, a.seed,
+                         a.startup_seconds, a.drain_seconds)
+    return options, _flag_names(extras)
+
+
+def _flag_names(extras: Sequence[str]) -> list[str]:
+    """"--enforce-eager", "--dtype=half", "-O3" -> names; values ("half", "-1") are skipped."""
+    return [arg.split("=", 1)[0] for arg in extras
+            if arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit()
+            and arg[1] != "."]
+
+
+def parse_args(argv: Sequence[str]) -> SimOptions:
+    return parse_known(argv)[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options = parse_args(sys.argv[1:] if argv is None else argv)
+    options, ignored = parse_known(sys.argv[1:] if argv is None else argv)
     try:
         server = start(options)
     except (ValueError, OSError) as exc:
@@ -352,13 +422,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"pitwall-sim vllm: {options.engine.model} on http://{options.host}:{server.port} "
           f"(simulated, {options.data_parallel_size} engine(s), "
           f"{options.engine.num_gpu_blocks} KV blocks)", file=sys.stderr, flush=True)
+    if ignored:  # after the banner: readers take the first line as the address
+        print(f"pitwall-sim vllm: not simulated, ignored: {' '.join(ignored)}",
+              file=sys.stderr, flush=True)
     try:
         while not stop.wait(1.0):
             pass
     except KeyboardInterrupt:
-        pass
+        server.close()
+        return 0
+    _drain(server, options.drain_seconds)
     server.close()
     return 0
+
+
+def _drain(server: RunningServer, timeout_s: float) -> None:
+    print("pitwall-sim vllm: SIGTERM, draining", file=sys.stderr, flush=True)
+    if not server.drain(timeout_s):
+        print(f"pitwall-sim vllm: requests still running after {timeout_s:g} s; exiting",
+              file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

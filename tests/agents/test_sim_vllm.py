@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents.sim.engine_model import EngineConfig
-from agents.sim.vllm_server import SimOptions, main, parse_args, start
+from agents.sim.vllm_server import SimOptions, main, parse_args, parse_known, start
 
 SAMPLES = Path(__file__).parent / "fixtures" / "vllm-metrics"
 SAMPLE = "v1-synthetic-vllm-0.33.0.txt"
@@ -248,3 +248,18 @@ def test_the_module_serves_from_the_command_line_and_stops_on_sigterm():
         process.terminate()
         code = process.wait(timeout=30)
     assert code == 0
+
+
+def test_flags_of_vllm_serve_the_simulation_does_not_model_are_accepted_and_named():
+    opts, ignored = parse_known(["--model", "Qwen/Qwen3-8B", "--enforce-eager", "--dtype",
+                                 "half", "--no-enable-prefix-caching", "--kv-cache-dtype=fp8",
+                                 "-tp", "2", "--max-num-seqs", "8", "--swap-space", "-1"])
+    assert ignored == ["--enforce-eager", "--dtype", "--no-enable-prefix-caching",
+                       "--kv-cache-dtype", "--swap-space"]
+    assert (opts.engine.tensor_parallel_size, opts.engine.max_num_seqs) == (2, 8)
+
+
+def test_the_simulated_gpus_default_to_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert parse_args([]).gpu_indices == [2, 3]
+    assert parse_args(["--gpu-indices", "5"]).gpu_indices == [5]
