@@ -19,11 +19,17 @@ from agents import __version__
 from agents.batch import BatchBuilder
 from agents.collectors.base import Warn, stderr_warn
 from agents.config import AgentConfig, ConfigError, build_parser, config_from_args
+from agents.control import ControlClient
 from agents.loop import Loop, Sampler, Sources, probe
+from agents.reconcile import EngineSet, Reconciler
 from agents.spool import Spool
+from agents.supervisor.launch import DEFAULT_COMMAND
+from agents.supervisor.supervisor import Supervisor
 from agents.transport import IngestClient, Shipper
 
 log = logging.getLogger("agents")
+# The simulated vLLM takes `vllm serve`'s flags after its --model (agents/sim/vllm_server.py).
+SIM_VLLM_COMMAND = (sys.executable, "-m", "agents.sim.vllm_server", "--model")
 
 
 class StartupError(Exception):
@@ -85,15 +91,61 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
              __version__, config.hostname, config.server, config.interval, config.spool_dir,
              len(spool))
     stop = threading.Event()
+    supervision = _supervision(config, sources, shipper, warn) if config.supervise else None
     with _stop_on_signals(stop):
         shipper.start()
+        if supervision is not None:
+            supervision.start(stop)
         try:
             loop.run(stop)
         finally:
+            if supervision is not None:
+                supervision.close()
             shipper.close(timeout=5.0)
             sources.close()
     log.info("stopped; %d batches wait in the spool", len(spool))
     return 0
+
+
+class _Supervision:
+    """The supervisor and its control loop on a thread of their own (agents/reconcile.py)."""
+
+    def __init__(self, reconciler: Reconciler) -> None:
+        self.reconciler = reconciler
+        self.thread: threading.Thread | None = None
+
+    def start(self, stop: threading.Event) -> None:
+        self.thread = threading.Thread(target=self.reconciler.run, args=(stop,),
+                                       name="supervisor", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """vLLM instances drain and stop with the agent: nothing outlives it unsupervised."""
+        if self.thread is not None:
+            self.thread.join(timeout=5.0)
+        self.reconciler.supervisor.close()
+
+
+def _supervision(config: AgentConfig, sources: Sources, shipper: Shipper,
+                 warn: Warn) -> _Supervision:
+    assert config.server is not None and config.token is not None
+    simulated = config.gpu_backend == "sim"
+    command = list(config.vllm_command or (SIM_VLLM_COMMAND if simulated else DEFAULT_COMMAND))
+    nvml = getattr(sources.gpus, "_nvml", None) if simulated else None
+    engines = EngineSet(sources, lambda url: _vllm_collector(url, warn),
+                        list(config.vllm_metrics_urls), nvml, _sim_state_source())
+    log.info("supervising vLLM deployments with: %s", " ".join(command))
+    return _Supervision(Reconciler(ControlClient(config.server, config.token),
+                                   Supervisor(command), lambda: shipper.config_version,
+                                   engines, warn))
+
+
+def _sim_state_source() -> Callable[[str], Any] | None:
+    try:
+        from agents.sim.sim_nvml_state import http_state_source
+    except ImportError:  # the simulation is not installed: real GPUs only
+        return None
+    return http_state_source
 
 
 @contextmanager

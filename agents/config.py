@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import os
 import re
+import shlex
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ class AgentConfig:
     log_level: str = "warning"
     server: str | None = None
     token: str | None = field(default=None, repr=False)
+    supervise: bool = False  # run the deployments the control plane assigns to this host
+    vllm_command: tuple[str, ...] | None = None  # None: `vllm serve`, or the simulated vLLM
 
 
 def default_spool_dir(euid: int | None = None, env: Mapping[str, str] = os.environ) -> Path:
@@ -121,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
                                        "command lines are visible to other users)")
     token.add_argument("--token-file", type=Path, metavar="PATH",
                        help="file holding the agent token (env PITWALL_TOKEN_FILE)")
+    run.add_argument("--supervise", action="store_true",
+                     help="run the vLLM deployments the control plane assigns to this host "
+                          "(desired config; docs/deployments.md)")
+    run.add_argument("--vllm-command", metavar="CMD", default=None,
+                     help='how to start vLLM, followed by the model and flags (default '
+                          '"vllm serve"; with --gpu-backend sim, the simulated vLLM)')
     commands.add_parser("probe", parents=[common],
                         help="collect one interval and print the batch as JSON")
     return parser
@@ -149,7 +158,13 @@ def config_from_args(args: argparse.Namespace,
     except argparse.ArgumentTypeError as exc:
         raise ConfigError(f"PITWALL_SERVER: {exc}") from None
     token = read_token(args.token, args.token_file, env)
-    return dataclasses.replace(config, server=server, token=token)
+    command = None
+    if args.vllm_command is not None:
+        command = tuple(shlex.split(args.vllm_command))
+        if not command:
+            raise ConfigError("--vllm-command is empty")
+    return dataclasses.replace(config, server=server, token=token, supervise=args.supervise,
+                               vllm_command=command)
 
 
 def read_token(token: str | None, token_file: Path | None,

@@ -18,16 +18,30 @@ class CanReadFleet(BasePermission):
         return bool(user and user.is_authenticated and user.is_active)
 
 
-class CanManageAlerting(CanReadFleet):
-    """Every active user reads rules and channels; only staff change them.
-
-    A rule decides who is paged and a channel holds webhook secrets: changing either is an
-    operator's decision, while acks and silences stay open to everyone on call.
-    """
-
-    message = "only staff users may change alert rules and channels"
+class StaffWrites(CanReadFleet):
+    """Every active user reads; only staff users (the operators) write."""
 
     def has_permission(self, request, view) -> bool:
         if not super().has_permission(request, view):
             return False
         return request.method in SAFE_METHODS or bool(request.user.is_staff)
+
+
+class CanManageAlerting(StaffWrites):
+    """A rule decides who is paged and a channel holds webhook secrets: changing either is an
+    operator's decision, while acks and silences stay open to everyone on call."""
+
+    message = "only staff users may change alert rules and channels"
+
+
+class CanManageDeployments(StaffWrites):
+    """A change restarts vLLM on a host: an operator's decision."""
+
+    message = "only staff users may change deployments"
+
+
+class IsAgent(BasePermission):
+    message = "send the host's agent token: Authorization: Bearer pwa_…"
+
+    def has_permission(self, request, view) -> bool:
+        return getattr(request.user, "host_id", None) is not None

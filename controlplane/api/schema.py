@@ -13,3 +13,12 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
     def get_security_definition(self, auto_schema):
         return build_bearer_security_scheme_object(
             header_name="Authorization", token_prefix="Bearer", bearer_format="pwu_…")
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "controlplane.api.auth.AgentTokenAuthentication"
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema):
+        return build_bearer_security_scheme_object(
+            header_name="Authorization", token_prefix="Bearer", bearer_format="pwa_…")

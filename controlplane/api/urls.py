@@ -4,6 +4,11 @@ from rest_framework.routers import DefaultRouter
 
 from controlplane.api.views.alerts import AlertRuleViewSet, AlertViewSet, SilenceViewSet
 from controlplane.api.views.channels import ChannelViewSet, NotificationViewSet
+from controlplane.api.views.deployments import (
+    AgentConfigView,
+    AgentStatusView,
+    DeploymentViewSet,
+)
 from controlplane.api.views.engines import EngineViewSet
 from controlplane.api.views.gpus import GpuViewSet
 from controlplane.api.views.hosts import HostViewSet
@@ -14,6 +19,7 @@ router.include_format_suffixes = False  # /hosts/1.json adds nothing to ?format=
 router.register("hosts", HostViewSet, basename="host")
 router.register("gpus", GpuViewSet, basename="gpu")
 router.register("engines", EngineViewSet, basename="engine")
+router.register("deployments", DeploymentViewSet, basename="deployment")
 router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
 router.register("alerts", AlertViewSet, basename="alert")
 router.register("silences", SilenceViewSet, basename="silence")
@@ -24,5 +30,7 @@ urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("series/", SeriesView.as_view(), name="series"),
+    path("agent/config", AgentConfigView.as_view(), name="agent-config"),
+    path("agent/status", AgentStatusView.as_view(), name="agent-status"),
     *router.urls,
 ]

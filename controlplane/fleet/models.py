@@ -1,4 +1,5 @@
-"""The fleet: hosts, their GPUs and vLLM engines, and the credentials their agents use."""
+"""The fleet: hosts, their GPUs and vLLM engines, the deployments the agents run, and the
+credentials the agents use."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ class Host(models.Model):
     last_seen = models.DateTimeField(null=True)  # refreshed by ingest at most every few s
     spool_evicted_batches = models.BigIntegerField(default=0)
     spool_evicted_samples = models.BigIntegerField(default=0)
+    # +1 whenever a deployment of the host changes: ingest replies with it, and an agent that
+    # sees a new value fetches its desired config (DESIGN.md, wire protocol).
+    config_version = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["hostname"]
@@ -108,3 +112,90 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"api token {self.lookup} for {self.user_id}"
+
+
+class DeploymentState(models.TextChoices):
+    """What the host's agent reports of a deployment's process (agents/supervisor)."""
+
+    UNKNOWN = "unknown"  # no report yet
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    CRASHED = "crashed"
+    BACKING_OFF = "backing_off"
+    STOPPED = "stopped"
+
+
+class Deployment(models.Model):
+    """A vLLM instance on one host, as the operator wants it (desired) and as the host's agent
+    last reported it (reported). The desired half is versioned in ``DeploymentRevision``."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="deployments")
+    name = models.SlugField(max_length=100)
+    # desired
+    enabled = models.BooleanField(default=True)  # False: the agent stops it
+    model = models.CharField(max_length=300)
+    port = models.PositiveIntegerField()
+    gpu_indices = models.JSONField(default=list)
+    vllm_version = models.CharField(max_length=32)
+    args = models.JSONField(default=dict)  # vLLM arguments by dest name (agents/vllm_args.py)
+    cpus = models.JSONField(null=True, blank=True)  # CPU ids to bind to; None: unbound
+    numa_node = models.SmallIntegerField(null=True, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    drain_timeout_s = models.PositiveIntegerField(default=60)
+    revision = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    # reported by the agent
+    state = models.CharField(max_length=16, choices=DeploymentState.choices,
+                             default=DeploymentState.UNKNOWN)
+    state_since = models.DateTimeField(null=True)
+    reported_at = models.DateTimeField(null=True)
+    running_revision = models.PositiveIntegerField(null=True)
+    pid = models.PositiveIntegerField(null=True)
+    restarts = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True)
+    error = models.CharField(max_length=1000, blank=True)  # why it is not ready, if it is not
+    next_start_at = models.DateTimeField(null=True)
+    running_argv = models.JSONField(default=list)
+    log_tail = models.JSONField(default=list)
+    warnings = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["host_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "name"], name="deployment_unique_name"),
+            models.UniqueConstraint(fields=["host", "port"], name="deployment_unique_port"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} on host {self.host_id}"
+
+    @property
+    def engine_name(self) -> str:
+        """The name the agent's vLLM collector gives the first engine of this deployment."""
+        return f"vllm:{self.port}/0"
+
+
+class DeploymentRevision(models.Model):
+    """One version of a deployment's desired config: who changed what, when and why."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE,
+                                   related_name="revisions")
+    revision = models.PositiveIntegerField()
+    config = models.JSONField()  # the desired half as it was (deployments.desired_config)
+    changed = models.JSONField(default=list)  # the fields that differ from the revision before
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                               on_delete=models.SET_NULL, related_name="+")
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["deployment_id", "-revision"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "revision"],
+                                    name="deployment_revision_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"revision {self.revision} of deployment {self.deployment_id}"

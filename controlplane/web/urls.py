@@ -25,5 +25,9 @@ urlpatterns = [
     path("alerts/channels/<int:channel_id>/test/", views.channel_test, name="channel_test"),
     path("alerts/channels/<int:channel_id>/enable/", views.channel_enable,
          name="channel_enable"),
+    path("deployments/", views.deployment_list, name="deployments"),
+    path("deployments/<int:deployment_id>/", views.deployment, name="deployment"),
+    path("deployments/<int:deployment_id>/revert/", views.deployment_revert,
+         name="deployment_revert"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -12,6 +12,7 @@ from django.utils import timezone
 from controlplane.fleet.models import Engine, Gpu, Host
 from tests.alerts.transports.conftest import allow_private, receiver  # noqa: F401 -- fixtures
 from tests.api.alerting import carol, staff  # noqa: F401 -- fixtures of the alerting tests
+from tests.api.deploying import gpu_host  # noqa: F401 -- fixture of the deployment tests
 
 
 @dataclass

@@ -90,7 +90,8 @@ class IngestApp:
         new = await self.writer.submit(work)
         accepted = sum(len(b.samples) for b, is_new in zip(parsed.batches, new, strict=True)
                        if is_new)
-        return {"accepted": accepted, "duplicates": new.count(False), "config_version": 0,
+        version = await self.registry.config_version(host_id)
+        return {"accepted": accepted, "duplicates": new.count(False), "config_version": version,
                 "ignored": sorted(parsed.ignored)}
 
     async def _work(self, host_id: int, batch: Batch) -> Work:

@@ -21,6 +21,9 @@ from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.validate import Batch
 
 TOKEN_TTL_S = 30.0  # the token table is reloaded this often: a revocation takes effect then
+# Every host's config_version is reloaded this often (one query of two integer columns): a
+# deployment changed in the API reaches its agent's next reply within this time.
+CONFIG_TTL_S = 2.0
 MAX_UNKNOWN_TOKENS = 10_000
 
 
@@ -65,6 +68,10 @@ def _load_hosts(host_ids: list[int] | None = None) -> dict[int, HostState]:
     }
 
 
+def _load_config_versions() -> dict[int, int]:
+    return dict(Host.objects.filter(config_version__gt=0).values_list("id", "config_version"))
+
+
 def _load_host(host_id: int) -> HostState:
     state = _load_hosts([host_id]).get(host_id)
     if state is None:
@@ -81,6 +88,9 @@ class Registry:
         self._refresh_lock = asyncio.Lock()
         self._unknown_tokens: set[str] = set()  # digests looked up and not found since reload
         self._hosts: dict[int, HostState] = {}
+        self._versions: dict[int, int] = {}
+        self._versions_loaded = -float("inf")
+        self._versions_lock = asyncio.Lock()
 
     async def warm(self) -> None:
         """Load the token table and every host's devices at start, in a handful of queries."""
@@ -126,6 +136,15 @@ class Registry:
         entry = (token.host_id, token.revoked_at is not None)
         self._tokens[parsed.digest] = entry
         return entry
+
+    async def config_version(self, host_id: int) -> int:
+        """The host's desired-config version, at most CONFIG_TTL_S old."""
+        if time.monotonic() - self._versions_loaded >= CONFIG_TTL_S:
+            async with self._versions_lock:
+                if time.monotonic() - self._versions_loaded >= CONFIG_TTL_S:
+                    self._versions = await sync_to_async(_load_config_versions)()
+                    self._versions_loaded = time.monotonic()
+        return self._versions.get(host_id, 0)
 
     async def host(self, host_id: int) -> HostState:
         state = self._hosts.get(host_id)

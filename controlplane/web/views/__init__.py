@@ -8,6 +8,7 @@ from controlplane.web.views.alert_rules import (
 )
 from controlplane.web.views.alerts import alert, alert_ack, alerts
 from controlplane.web.views.channels import channel_enable, channel_test, channels
+from controlplane.web.views.deployments import deployment, deployment_list, deployment_revert
 from controlplane.web.views.engine import engine
 from controlplane.web.views.fleet import fleet
 from controlplane.web.views.gpu import gpu
@@ -17,6 +18,7 @@ from controlplane.web.views.silences import silence_expire, silences
 
 __all__ = [
     "alert", "alert_ack", "alert_rule", "alert_rule_delete", "alert_rule_new", "alert_rules",
-    "alerts", "channel_enable", "channel_test", "channels", "engine", "fleet", "gpu", "healthz",
+    "alerts", "channel_enable", "channel_test", "channels", "deployment", "deployment_list",
+    "deployment_revert", "engine", "fleet", "gpu", "healthz",
     "host", "silence_expire", "silences",
 ]

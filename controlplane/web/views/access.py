@@ -1,5 +1,5 @@
-"""Who may change what on the alert pages: rules and channels are staff's; any signed-in user
-may read them, acknowledge alerts and silence them."""
+"""Who may change what on the pages: rules, channels and deployments are staff's; any
+signed-in user may read them, acknowledge alerts and silence them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def staff_to_change(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
     @wraps(view)
     def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         if request.method == "POST" and not request.user.is_staff:
-            raise PermissionDenied("only staff may change alert rules and channels")
+            raise PermissionDenied("only staff users may change this")
         return view(request, *args, **kwargs)
 
     return wrapped

@@ -1,0 +1,161 @@
+"""Deployments (desired config, reported state, revisions) and the agent's side of them."""
+
+from __future__ import annotations
+
+import copy
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from agents import vllm_args
+from controlplane.api.serializers.alerts import drf_errors
+from controlplane.api.serializers.fields import ObjectField, StringListField
+from controlplane.fleet import deployments
+from controlplane.fleet.models import Deployment, DeploymentRevision, Host
+
+_INTS = {"type": "array", "items": {"type": "integer"}}
+
+
+@extend_schema_field(_INTS)
+class IntListField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({**_INTS, "nullable": True})
+class NullableIntListField(serializers.JSONField):
+    pass
+
+
+class DeploymentStatusSerializer(serializers.ModelSerializer):
+    """What the host's agent last reported of the process."""
+
+    since = serializers.DateTimeField(source="state_since", read_only=True)
+    argv = StringListField(source="running_argv", read_only=True)
+    log_tail = StringListField(read_only=True, help_text="The last lines vLLM printed")
+    warnings = StringListField(read_only=True)
+
+    class Meta:
+        model = Deployment
+        fields = ["state", "since", "reported_at", "running_revision", "pid", "restarts",
+                  "exit_code", "error", "next_start_at", "argv", "log_tail", "warnings"]
+        read_only_fields = fields
+
+
+class DeploymentSerializer(serializers.ModelSerializer):
+    host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all(),
+                                              help_text="Host id; fixed once created")
+    hostname = serializers.CharField(source="host.hostname", read_only=True)
+    gpu_indices = IntListField(help_text="GPU indices on the host, e.g. [0, 1]")
+    args = ObjectField(required=False, help_text=(
+        'vLLM arguments by name, e.g. {"max_num_seqs": 256, "gpu_memory_utilization": 0.9}; '
+        "checked against the arguments vllm_version accepts"))
+    cpus = NullableIntListField(required=False, help_text="CPU ids to bind to; null: unbound")
+    env = ObjectField(required=False, help_text="Extra environment variables")
+    vllm_version = serializers.CharField(
+        max_length=32, required=False, default=vllm_args.DEFAULT_VERSION,
+        help_text=f"The vLLM release on the host; known: {', '.join(vllm_args.KNOWN_VERSIONS)}")
+    reason = serializers.CharField(write_only=True, required=False, allow_blank=True,
+                                   help_text="Why: kept with the revision")
+    status = DeploymentStatusSerializer(source="*", read_only=True)
+
+    class Meta:
+        model = Deployment
+        fields = ["id", "host", "hostname", "name", "enabled", "model", "port", "gpu_indices",
+                  "vllm_version", "args", "cpus", "numa_node", "env", "drain_timeout_s",
+                  "revision", "created_at", "updated_at", "status", "reason"]
+        read_only_fields = ["id", "revision", "created_at", "updated_at"]
+
+    def validate_host(self, host: Host) -> Host:
+        if self.instance is not None and host.pk != self.instance.host_id:
+            raise serializers.ValidationError("a deployment cannot move to another host")
+        return host
+
+    def validate(self, attrs):
+        draft = copy.copy(self.instance) if self.instance is not None else Deployment()
+        for name, value in attrs.items():
+            if name != "reason":
+                setattr(draft, name, value)
+        try:
+            deployments.check(draft)
+        except DjangoValidationError as exc:
+            raise drf_errors(exc) from None
+        return attrs
+
+    def create(self, validated_data):
+        return self._save(Deployment(), validated_data)
+
+    def update(self, instance, validated_data):
+        return self._save(instance, validated_data)
+
+    def _save(self, deployment: Deployment, data: dict) -> Deployment:
+        reason = data.pop("reason", "")
+        for name, value in data.items():
+            setattr(deployment, name, value)
+        user = self.context["request"].user
+        deployments.save(deployment, author=user, reason=reason)
+        return deployment
+
+
+class DeploymentRevisionSerializer(serializers.ModelSerializer):
+    author = serializers.CharField(source="author.username", read_only=True, default=None)
+    config = ObjectField(read_only=True, help_text="The desired config of this revision")
+    changed = StringListField(read_only=True, help_text="Fields changed from the one before")
+
+    class Meta:
+        model = DeploymentRevision
+        fields = ["revision", "config", "changed", "author", "reason", "created_at"]
+        read_only_fields = fields
+
+
+class RevertSerializer(serializers.Serializer):
+    revision = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(required=False, allow_blank=True)
+
+
+class AgentSpecSerializer(serializers.Serializer):
+    """One deployment as the agent runs it."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    revision = serializers.IntegerField()
+    model = serializers.CharField()
+    port = serializers.IntegerField()
+    gpu_indices = IntListField()
+    vllm_version = serializers.CharField()
+    args = ObjectField()
+    argv = StringListField(help_text="args rendered as vLLM flags")
+    cpus = NullableIntListField()
+    numa_node = serializers.IntegerField(allow_null=True)
+    env = ObjectField()
+    drain_timeout_s = serializers.IntegerField()
+
+
+class AgentConfigSerializer(serializers.Serializer):
+    version = serializers.IntegerField(help_text="The host's config_version")
+    deployments = AgentSpecSerializer(many=True)
+
+
+class AgentReportSerializer(serializers.Serializer):
+    id = serializers.IntegerField(min_value=1)
+    revision = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    state = serializers.ChoiceField(choices=deployments.STATES)
+    since = serializers.FloatField(required=False, allow_null=True, help_text="Unix seconds")
+    pid = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    restarts = serializers.IntegerField(min_value=0, required=False, default=0)
+    exit_code = serializers.IntegerField(required=False, allow_null=True)
+    error = serializers.CharField(required=False, allow_blank=True, allow_null=True,
+                                  max_length=1000, help_text="Why it is not ready")
+    next_start_at = serializers.FloatField(required=False, allow_null=True)
+    argv = serializers.ListField(child=serializers.CharField(allow_blank=True, max_length=4096),
+                                 required=False, max_length=512)
+    log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True,
+                                                                 max_length=4096,
+                                                                 trim_whitespace=False),
+                                     required=False, max_length=500)
+    warnings = serializers.ListField(child=serializers.CharField(max_length=1000),
+                                     required=False, max_length=50)
+
+
+class AgentStatusSerializer(serializers.Serializer):
+    deployments = AgentReportSerializer(many=True, max_length=100)

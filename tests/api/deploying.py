@@ -1,0 +1,42 @@
+"""What the deployment API tests share: a host with two GPUs and its agent's client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from controlplane.fleet.models import Gpu, Host
+from controlplane.fleet.tokens import issue_agent_token
+from tests.conftest import bearer_client
+
+
+@dataclass
+class GpuHost:
+    host: Host
+    agent: APIClient  # its agent's token
+
+
+@pytest.fixture
+def gpu_host(db) -> GpuHost:
+    token, host = issue_agent_token("h200-node-1")
+    Host.objects.filter(pk=host.pk).update(
+        cpu_count=16, numa_nodes=[{"id": 0, "cpus": list(range(8))},
+                                  {"id": 1, "cpus": list(range(8, 16))}])
+    host.refresh_from_db()
+    for i in range(2):
+        Gpu.objects.create(host=host, uuid=f"GPU-h200-{i}", index=i, name="NVIDIA H200",
+                           mem_total_bytes=143771156480, numa_node=i)
+    return GpuHost(host, bearer_client(token))
+
+
+def llama(host: Host, **changes) -> dict:
+    """A valid create body: Llama 3.1 8B on GPU 0 with a few tuned arguments."""
+    body = {"host": host.pk, "name": "llama-8b", "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "port": 8000, "gpu_indices": [0], "vllm_version": "0.11.0",
+            "args": {"max_num_seqs": 128, "gpu_memory_utilization": 0.9,
+                     "max_model_len": 8192, "enable_prefix_caching": True},
+            "cpus": [0, 1, 2, 3], "env": {"VLLM_LOGGING_LEVEL": "INFO"},
+            "reason": "first rollout"}
+    return {**body, **changes}

@@ -1,0 +1,29 @@
+"""Ingest's reply tells the agent which desired config its host is at (docs/protocol.md)."""
+
+from __future__ import annotations
+
+from controlplane.fleet import deployments
+from controlplane.fleet.models import Deployment, Host
+from controlplane.telemetry.ingest import registry
+from tests.telemetry.factories import batch
+
+
+def test_the_reply_carries_the_hosts_config_version_once_a_deployment_changes(
+        ingest, host_token, monkeypatch):
+    monkeypatch.setattr(registry, "CONFIG_TTL_S", 0.0)  # read the version on every request
+    code, reply = ingest.post(batch(seq=1), host_token)
+    assert (code, reply["config_version"]) == (200, 0)
+    host = Host.objects.get(hostname="gpu-node-1")
+    deployments.save(Deployment(host=host, name="llama", model="meta-llama/Llama-3.1-8B",
+                                port=8000, gpu_indices=[0], vllm_version="0.33.0",
+                                args={"max_num_seqs": 64}))
+    code, reply = ingest.post(batch(seq=2, with_inventory=False), host_token)
+    assert (code, reply["config_version"]) == (200, 1)
+
+
+def test_another_hosts_change_leaves_this_hosts_version_alone(ingest, host_token, monkeypatch):
+    monkeypatch.setattr(registry, "CONFIG_TTL_S", 0.0)
+    ingest.post(batch(seq=1), host_token)
+    Host.objects.create(hostname="elsewhere", config_version=5)
+    code, reply = ingest.post(batch(seq=2, with_inventory=False), host_token)
+    assert (code, reply["config_version"]) == (200, 0)

@@ -1,0 +1,74 @@
+"""The deployment pages: what runs where, what the agent reports, the revisions and a revert.
+
+``signed_in`` is an operator who is not staff: reads, gets 403 for a revert; ``lead`` is staff."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils import timezone
+
+from controlplane.fleet import deployments
+from controlplane.fleet.models import Deployment
+
+
+@pytest.fixture
+def lead(db) -> Client:
+    user = get_user_model().objects.create_user("lead", password="x", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def llama(fleet) -> Deployment:
+    d = Deployment(host=fleet.host, name="llama-8b", model="meta-llama/Llama-3.1-8B-Instruct",
+                   port=8000, gpu_indices=[0], vllm_version="0.33.0",
+                   args={"max_num_seqs": 128})
+    deployments.save(d, reason="first rollout")
+    d.args = {"max_num_seqs": 256}
+    deployments.save(d, reason="KV has headroom")
+    Deployment.objects.filter(pk=d.pk).update(
+        state="crashed", running_revision=1, restarts=3, exit_code=1, error="exited with code 1",
+        reported_at=timezone.now(), log_tail=["INFO loading weights", "CUDA out of memory"],
+        running_argv=["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000"])
+    d.refresh_from_db()
+    return d
+
+
+def test_the_list_shows_each_deployment_with_its_state_and_the_revision_running(
+        signed_in, llama):
+    html = signed_in.get("/deployments/").content.decode()
+    assert "llama-8b" in html and 'data-state="crashed"' in html
+    assert "(runs 1)" in html
+
+
+def test_a_deployment_page_shows_the_log_tail_the_error_and_the_revisions(signed_in, llama,
+                                                                          fleet):
+    html = signed_in.get(f"/deployments/{llama.pk}/").content.decode()
+    assert "CUDA out of memory" in html and "exited with code 1" in html
+    assert "revision 2 not applied yet" in html
+    assert 'data-revision="2"' in html and "KV has headroom" in html
+    assert 'data-action="revert"' not in html  # read-only for an operator who is not staff
+    assert f'href="/engines/{fleet.engine.pk}/"' in html  # its engine's charts
+
+
+def test_an_operator_who_is_not_staff_cannot_revert(signed_in, llama):
+    reply = signed_in.post(f"/deployments/{llama.pk}/revert/", {"revision": 1})
+    assert reply.status_code == 403
+    assert Deployment.objects.get(pk=llama.pk).revision == 2
+
+
+def test_staff_revert_to_an_earlier_revision_from_the_page(lead, llama):
+    html = lead.get(f"/deployments/{llama.pk}/").content.decode()
+    assert 'data-action="revert"' in html
+    reply = lead.post(f"/deployments/{llama.pk}/revert/", {"revision": 1}, follow=True)
+    assert "as revision 3" in reply.content.decode()
+    reverted = Deployment.objects.get(pk=llama.pk)
+    assert (reverted.revision, reverted.args) == (3, {"max_num_seqs": 128})
+
+
+def test_anonymous_visitors_are_sent_to_the_login_page(llama):
+    reply = Client().get("/deployments/")
+    assert reply.status_code == 302 and "/login" in reply["Location"]
