@@ -1,4 +1,5 @@
-"""The Celery app: workers and beat run the periodic work (partitions, rollups, alert rules)."""
+"""The Celery app: workers and beat run the periodic work (partitions, rollups, alert rules,
+tuning)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ app.autodiscover_tasks(["controlplane.alerts.delivery"])
 ROLLUP_INTERVAL_S = envint("PITWALL_ROLLUP_INTERVAL_S", 60, minimum=1)
 ALERT_EVAL_INTERVAL_S = envint("PITWALL_ALERT_EVAL_INTERVAL_S", 10, minimum=1)
 ALERT_DISPATCH_INTERVAL_S = envint("PITWALL_ALERT_DISPATCH_INTERVAL_S", 5, minimum=1)
+TUNING_INTERVAL_S = envint("PITWALL_TUNING_INTERVAL_S", 60, minimum=1)
 
 app.conf.beat_schedule = {
     "maintain-partitions": {
@@ -47,5 +49,15 @@ app.conf.beat_schedule = {
         "task": "controlplane.alerts.delivery.tasks.deliver_due",
         "schedule": float(ALERT_DISPATCH_INTERVAL_S),
         "options": {"expires": float(ALERT_DISPATCH_INTERVAL_S)},
+    },
+    "diagnose-deployments": {
+        "task": "controlplane.tuning.tasks.diagnose_deployments",
+        "schedule": float(TUNING_INTERVAL_S),
+        "options": {"expires": float(TUNING_INTERVAL_S)},
+    },
+    "follow-up-suggestions": {
+        "task": "controlplane.tuning.tasks.follow_up_suggestions",
+        "schedule": float(TUNING_INTERVAL_S),
+        "options": {"expires": float(TUNING_INTERVAL_S)},
     },
 }

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "controlplane.fleet",
     "controlplane.telemetry",
     "controlplane.alerts",
+    "controlplane.tuning",
     "controlplane.api",
     "controlplane.realtime",
     "controlplane.web",
@@ -223,6 +224,16 @@ PITWALL = {
     "ALERT_ALLOW_PRIVATE_WEBHOOKS": envbool("PITWALL_ALERT_ALLOW_PRIVATE_WEBHOOKS", False),
     # Links in notifications point here (the address users reach Pitwall at).
     "ALERT_EXTERNAL_URL": envstr("PITWALL_ALERT_EXTERNAL_URL", ""),
+    # Tuning (docs/tuning.md): every TUNING_INTERVAL_S each deployment is diagnosed from the
+    # 1-min rollups of the last TUNING_WINDOW_S (over-provisioning: TUNING_IDLE_WINDOW_S);
+    # an accepted change is verified on windows of TUNING_VERIFY_WINDOW_S before and after,
+    # the after window starting TUNING_SETTLE_S after the agent reports it running.
+    "TUNING_INTERVAL_S": envint("PITWALL_TUNING_INTERVAL_S", 60, minimum=1),
+    "TUNING_WINDOW_S": envint("PITWALL_TUNING_WINDOW_S", 600, minimum=60),
+    "TUNING_IDLE_WINDOW_S": envint("PITWALL_TUNING_IDLE_WINDOW_S", 3600, minimum=60),
+    "TUNING_VERIFY_WINDOW_S": envint("PITWALL_TUNING_VERIFY_WINDOW_S", 600, minimum=60),
+    "TUNING_SETTLE_S": envint("PITWALL_TUNING_SETTLE_S", 60, minimum=0),
+    "TUNING_ITL_P99_OBJECTIVE_MS": envint("PITWALL_TUNING_ITL_P99_OBJECTIVE_MS", 100, minimum=1),
 }
 
 LOGGING = {

@@ -13,6 +13,7 @@ from controlplane.api.views.engines import EngineViewSet
 from controlplane.api.views.gpus import GpuViewSet
 from controlplane.api.views.hosts import HostViewSet
 from controlplane.api.views.series import SeriesView
+from controlplane.api.views.suggestions import SuggestionViewSet
 
 router = DefaultRouter(use_regex_path=False)
 router.include_format_suffixes = False  # /hosts/1.json adds nothing to ?format=json
@@ -20,6 +21,7 @@ router.register("hosts", HostViewSet, basename="host")
 router.register("gpus", GpuViewSet, basename="gpu")
 router.register("engines", EngineViewSet, basename="engine")
 router.register("deployments", DeploymentViewSet, basename="deployment")
+router.register("suggestions", SuggestionViewSet, basename="suggestion")
 router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
 router.register("alerts", AlertViewSet, basename="alert")
 router.register("silences", SilenceViewSet, basename="silence")

@@ -157,7 +157,7 @@ def save(deployment: Deployment, author=None, reason: str = "") -> DeploymentRev
         deployment, n)]
     if before is not None and not changed:
         return None
-    deployment.revision = 1 if before is None else deployment.revision + 1
+    deployment.revision = 1 if deployment.pk is None else deployment.revision + 1
     deployment.updated_at = timezone.now()
     deployment.save()
     _bump(deployment.host_id)

@@ -29,5 +29,8 @@ urlpatterns = [
     path("deployments/<int:deployment_id>/", views.deployment, name="deployment"),
     path("deployments/<int:deployment_id>/revert/", views.deployment_revert,
          name="deployment_revert"),
+    path("suggestions/", views.suggestion_list, name="suggestions"),
+    path("suggestions/<int:suggestion_id>/<str:action>/", views.suggestion_action,
+         name="suggestion_action"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -72,3 +72,39 @@ def test_staff_revert_to_an_earlier_revision_from_the_page(lead, llama):
 def test_anonymous_visitors_are_sent_to_the_login_page(llama):
     reply = Client().get("/deployments/")
     assert reply.status_code == 302 and "/login" in reply["Location"]
+
+
+@pytest.fixture
+def suggestion(llama):
+    from controlplane.tuning.models import Suggestion
+
+    Deployment.objects.filter(pk=llama.pk).update(running_revision=2, state="ready")
+    now = timezone.now()
+    return Suggestion.objects.create(
+        deployment=llama, kind="kv_pressure", revision=llama.revision, confidence=0.9,
+        severity=0.8, changes=[{"field": "args.max_num_seqs", "current": 256, "proposed": 192}],
+        reasoning="KV cache averaged 97% with 0.80 preemptions/s.", expected="No preemptions.",
+        evidence=[{"metric": "engine.kv_cache_usage", "stat": "avg", "value": 0.97,
+                   "threshold": ">= 0.9", "entity": "host", "entity_id": llama.host_id,
+                   "start": now.isoformat(), "end": now.isoformat()}])
+
+
+def test_the_tuning_page_and_the_deployment_page_show_a_suggestion_with_its_evidence(
+        signed_in, suggestion):
+    for url in ("/suggestions/", f"/deployments/{suggestion.deployment_id}/"):
+        html = signed_in.get(url).content.decode()
+        assert "KV-cache pressure" in html and "0.80 preemptions/s" in html
+        assert f'href="/hosts/{suggestion.deployment.host_id}/?from=' in html
+        assert 'data-action="accept"' not in html
+
+
+def test_staff_accept_a_suggestion_from_the_page(lead, suggestion):
+    page = f"/deployments/{suggestion.deployment_id}/"
+    assert 'data-action="accept"' in lead.get(page).content.decode()
+    reply = lead.post(f"/suggestions/{suggestion.pk}/accept/", {"next": page}, follow=True)
+    assert "accepted: the agent applies it" in reply.content.decode()
+    assert Deployment.objects.get(pk=suggestion.deployment_id).args["max_num_seqs"] == 192
+
+
+def test_an_operator_who_is_not_staff_cannot_accept(signed_in, suggestion):
+    assert signed_in.post(f"/suggestions/{suggestion.pk}/accept/").status_code == 403

@@ -15,10 +15,11 @@ from controlplane.web.views.gpu import gpu
 from controlplane.web.views.health import healthz
 from controlplane.web.views.host import host
 from controlplane.web.views.silences import silence_expire, silences
+from controlplane.web.views.suggestions import suggestion_action, suggestion_list
 
 __all__ = [
     "alert", "alert_ack", "alert_rule", "alert_rule_delete", "alert_rule_new", "alert_rules",
     "alerts", "channel_enable", "channel_test", "channels", "deployment", "deployment_list",
     "deployment_revert", "engine", "fleet", "gpu", "healthz",
-    "host", "silence_expire", "silences",
+    "host", "silence_expire", "silences", "suggestion_action", "suggestion_list",
 ]

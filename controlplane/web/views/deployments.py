@@ -13,8 +13,10 @@ from django.views.decorators.http import require_POST
 from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment, Engine
 from controlplane.web.views.access import staff_to_change
+from controlplane.web.views.suggestions import annotated
 
 REVISIONS_SHOWN = 20
+SUGGESTIONS_SHOWN = 20
 
 
 @staff_to_change
@@ -28,9 +30,11 @@ def deployment(request: HttpRequest, deployment_id: int) -> HttpResponse:
     d = get_object_or_404(Deployment.objects.select_related("host"), pk=deployment_id)
     engine = Engine.objects.filter(host_id=d.host_id, name=d.engine_name).first()
     revisions = d.revisions.select_related("author").order_by("-revision")[:REVISIONS_SHOWN]
+    suggestions = annotated(d.suggestions.select_related("decided_by")
+                            .order_by("-created_at")[:SUGGESTIONS_SHOWN])
     return render(request, "web/deployments/detail.html", {
         "d": d, "engine": engine, "revisions": revisions, "can_edit": request.user.is_staff,
-        "config": deployments.desired_config(d)})
+        "config": deployments.desired_config(d), "suggestions": suggestions})
 
 
 @staff_to_change

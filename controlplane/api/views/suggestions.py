@@ -1,0 +1,58 @@
+"""Suggestions: read by every active user; accepted, dismissed and reverted by staff."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api.pagination import FleetPagination
+from controlplane.api.permissions import CanManageDeployments
+from controlplane.api.serializers.suggestions import SuggestionSerializer
+from controlplane.tuning import service
+from controlplane.tuning.models import Suggestion
+
+REFUSED = OpenApiResponse(description='{"detail": why the action does not apply now}')
+
+
+class SuggestionViewSet(viewsets.ReadOnlyModelViewSet):
+    """What Pitwall proposes to change on a deployment, with the evidence, and the outcome:
+    open, cleared, dismissed, accepted, applied, then improved / unchanged / regressed, or
+    reverted."""
+
+    serializer_class = SuggestionSerializer
+    permission_classes = [CanManageDeployments]
+    pagination_class = FleetPagination
+    lookup_value_converter = "int"
+    filterset_fields = ["deployment", "state", "kind"]
+
+    def get_queryset(self):
+        return (Suggestion.objects.select_related("deployment", "decided_by")
+                .order_by("-created_at", "-id"))
+
+    def _act(self, request: Request, do) -> Response:
+        try:
+            done = do(self.get_object(), request.user)
+        except service.Refused as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(self.get_serializer(done).data)
+
+    @extend_schema(summary="Apply the proposed change: a new revision of the deployment",
+                   request=None, responses={200: SuggestionSerializer, 409: REFUSED})
+    @action(detail=True, methods=["post"], filterset_fields=[])
+    def accept(self, request: Request, pk=None) -> Response:
+        return self._act(request, service.accept)
+
+    @extend_schema(summary="Not now: the same evidence will not bring it back",
+                   request=None, responses={200: SuggestionSerializer, 409: REFUSED})
+    @action(detail=True, methods=["post"], filterset_fields=[])
+    def dismiss(self, request: Request, pk=None) -> Response:
+        return self._act(request, service.dismiss)
+
+    @extend_schema(summary="Back to the config before the accepted change",
+                   request=None, responses={200: SuggestionSerializer, 409: REFUSED})
+    @action(detail=True, methods=["post"], filterset_fields=[])
+    def revert(self, request: Request, pk=None) -> Response:
+        return self._act(request, service.revert)

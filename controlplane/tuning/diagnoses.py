@@ -1,0 +1,435 @@
+"""The diagnoses: from one deployment's facts over a window to a suggestion, or none.
+
+Each diagnosis is a plain function of ``Facts`` (facts.py) returning a ``Finding`` or None, so
+it can be read, tested and tuned on its own. The thresholds are named at the top with why; a
+healthy deployment trips none of them. A finding names what to change (``changes``: current →
+proposed per field; none for a report), a reasoning sentence an operator can check against the
+evidence, the evidence itself (each a metric over the window with its value and the threshold
+it crossed), the effect to expect and a confidence that grows with how sustained the symptom
+was. ``severity`` is the symptom's size in its own unit: a dismissed suggestion comes back for
+the same revision only when the evidence got clearly worse (service.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from controlplane.fleet.deployments import world_size
+from controlplane.tuning.facts import Facts
+from controlplane.tuning.models import Kind
+
+GIB = 1 << 30
+MIN_MINUTES = 5  # of data in the window before anything is judged
+KV_HIGH = 0.90  # average KV-cache usage that leaves no room for bursts
+PREEMPTING = 0.1  # preemptions/s: recompute wasted on a steady basis
+KV_HEADROOM = 0.75  # peak KV usage under which more sequences fit
+QUEUED_SHARE = 0.5  # of minutes with requests waiting throughout
+GPU_BUSY = 85.0  # % GPU utilisation under which the GPU waits for something
+CORE_PINNED = 90.0  # % of one core: vLLM's engine loop is single-threaded
+THROTTLED = 10.0  # % of the time the cgroup throttled the host's CPUs
+FOREIGN_MIN = 1 * GIB  # GPU memory beyond the engine's share worth a word
+FOREIGN_CEILING = 0.95  # vLLM's share plus the foreign memory: at most this of the GPU
+DEFAULT_GMU = 0.9  # vLLM's gpu_memory_utilization when not given
+DEFAULT_BATCHED_TOKENS = 8192  # vLLM V1's max_num_batched_tokens for the API server
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM V1's default on data-centre GPUs
+MAX_BATCHED_TOKENS = 65536
+MIN_BATCHED_TOKENS = 2048
+IDLE_PER_S = 0.05  # requests/s: one every 20 s
+# The reference host (the issue's): what vLLM at fleet scale wants per host.
+REFERENCE = {"gpu_mem_bytes": 24 * 10**9, "cpu_count": 8, "mem_total_bytes": 64 * 10**9}
+
+
+@dataclass
+class Finding:
+    kind: str
+    reasoning: str
+    expected: str
+    confidence: float
+    severity: float
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+
+
+def diagnose(facts: Facts) -> list[Finding]:
+    """Every diagnosis's finding for this deployment (most have none)."""
+    found = [check(facts) for check in DIAGNOSES]
+    return [f for f in found if f is not None]
+
+
+# -- shared pieces ------------------------------------------------------------------------
+
+
+def arg(facts: Facts, name: str, default: Any) -> Any:
+    """A vLLM argument as configured, else as the engine reports it, else vLLM's default."""
+    args = facts.deployment.args or {}
+    if name in args:
+        return args[name]
+    value = facts.engine_config.get(name)
+    try:
+        return type(default)(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def evidence(facts: Facts, metric: str, stat: str, value: float | None, threshold: str,
+             entity: str = "engine", entity_id: int | None = None) -> dict[str, Any]:
+    if entity == "engine" and entity_id is None and facts.engine_ids:
+        entity_id = facts.engine_ids[0]
+    return {"metric": metric, "stat": stat, "value": _round(value), "threshold": threshold,
+            "entity": entity, "entity_id": entity_id, "start": facts.start.isoformat(),
+            "end": facts.end.isoformat()}
+
+
+def _round(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(f"{value:.4g}")
+
+
+def change(field_: str, current: Any, proposed: Any) -> dict[str, Any]:
+    return {"field": field_, "current": current, "proposed": proposed}
+
+
+def _enough(facts: Facts) -> bool:
+    return facts.minutes >= MIN_MINUTES
+
+
+def _sustained(share: float | None) -> float:
+    """Confidence from the share of the window a symptom held."""
+    return round(min(0.95, 0.5 + 0.45 * (share or 0.0)), 2)
+
+
+def _free_gpu_fraction(facts: Facts) -> float | None:
+    """The least free share of the deployment's GPUs (NVML: total - used)."""
+    free = [1 - facts.gpu_mem_used[g.id] / g.mem_total_bytes for g in facts.gpus
+            if g.id in facts.gpu_mem_used and g.mem_total_bytes]
+    return min(free) if free else None
+
+
+# -- 1. KV pressure -----------------------------------------------------------------------
+
+
+def kv_pressure(facts: Facts) -> Finding | None:
+    if not _enough(facts) or (facts.kv_avg or 0) < KV_HIGH \
+            or (facts.preemptions_per_s or 0) < PREEMPTING:
+        return None
+    gmu, seqs = float(arg(facts, "gpu_memory_utilization", DEFAULT_GMU)), \
+        int(arg(facts, "max_num_seqs", DEFAULT_MAX_NUM_SEQS))
+    proof = [evidence(facts, "engine.kv_cache_usage", "avg", facts.kv_avg, f">= {KV_HIGH}"),
+             evidence(facts, "engine.preemptions_per_s", "avg", facts.preemptions_per_s,
+                      f">= {PREEMPTING}")]
+    free = _free_gpu_fraction(facts)
+    if free is not None and free >= 0.05 and gmu < 0.95:
+        proposed = round(min(0.95, gmu + free - 0.02), 2)
+        proof.append(evidence(facts, "gpu.mem_used_bytes", "avg free share", free, ">= 0.05",
+                              "gpu", facts.gpus[0].id if facts.gpus else None))
+        return Finding(
+            Kind.KV_PRESSURE, confidence=_sustained(facts.preempting_share),
+            severity=facts.preemptions_per_s or 0.0, evidence=proof,
+            changes=[change("args.gpu_memory_utilization", gmu, proposed)],
+            reasoning=(f"KV cache averaged {facts.kv_avg:.0%} with "
+                       f"{facts.preemptions_per_s:.2f} preemptions/s, while NVML shows "
+                       f"{free:.0%} of the GPU memory unused: give it to the KV cache."),
+            expected="More KV blocks: fewer preemptions and less recompute, at the same "
+                     "concurrency.")
+    running = facts.running_avg or seqs
+    proposed = max(1, int(min(seqs, running) * 0.8))
+    return Finding(
+        Kind.KV_PRESSURE, confidence=_sustained(facts.preempting_share),
+        severity=facts.preemptions_per_s or 0.0, evidence=proof,
+        changes=[change("args.max_num_seqs", seqs, proposed)],
+        reasoning=(f"KV cache averaged {facts.kv_avg:.0%} with {facts.preemptions_per_s:.2f} "
+                   f"preemptions/s and no spare GPU memory: fewer concurrent sequences "
+                   f"({running:.0f} ran on average) fit without evicting each other. Adding "
+                   f"tensor parallelism would also add KV room, at the cost of GPUs."),
+        expected="Preemptions near zero; slightly longer queues, less wasted recompute.")
+
+
+# -- 2. Concurrency cap -------------------------------------------------------------------
+
+
+def concurrency_cap(facts: Facts) -> Finding | None:
+    seqs = int(arg(facts, "max_num_seqs", DEFAULT_MAX_NUM_SEQS))
+    if not _enough(facts) or (facts.waiting_share or 0) < QUEUED_SHARE \
+            or (facts.kv_max or 1) >= KV_HEADROOM or (facts.running_max or 0) < seqs:
+        return None
+    room = KV_HEADROOM / max(facts.kv_max or 0.01, 0.01)
+    proposed = max(seqs + 1, int(seqs * min(2.0, room)) // 8 * 8 or seqs + 1)
+    return Finding(
+        Kind.CONCURRENCY_CAP, confidence=_sustained(facts.waiting_share),
+        severity=facts.waiting_avg or 0.0,
+        evidence=[evidence(facts, "engine.requests_waiting", "avg", facts.waiting_avg,
+                           f"> 0 in >= {QUEUED_SHARE:.0%} of minutes"),
+                  evidence(facts, "engine.requests_running", "max", facts.running_max,
+                           f"= max_num_seqs ({seqs})"),
+                  evidence(facts, "engine.kv_cache_usage", "max", facts.kv_max,
+                           f"< {KV_HEADROOM}")],
+        changes=[change("args.max_num_seqs", seqs, proposed)],
+        reasoning=(f"Requests queued ({facts.waiting_avg:.1f} waiting on average) while "
+                   f"{seqs} ran, the max_num_seqs cap, and KV usage peaked at "
+                   f"{facts.kv_max:.0%}: the cap, not memory, holds them back."),
+        expected="Shorter queue and queue time, higher throughput; KV usage rises toward "
+                 f"{KV_HEADROOM:.0%}.")
+
+
+# -- 3. Chunked prefill -------------------------------------------------------------------
+
+
+def _objectives() -> tuple[float, float]:
+    conf = settings.PITWALL
+    return conf["ALERT_TTFT_P99_OBJECTIVE_MS"] / 1000, conf["TUNING_ITL_P99_OBJECTIVE_MS"] / 1000
+
+
+def prefill_ttft(facts: Facts) -> Finding | None:
+    ttft_slo, itl_slo = _objectives()
+    if not _enough(facts) or facts.ttft_p99 is None or facts.itl_p99 is None \
+            or facts.ttft_p99 <= ttft_slo or facts.itl_p99 > itl_slo / 2 \
+            or (facts.kv_avg or 0) >= KV_HIGH:
+        return None
+    tokens = int(arg(facts, "max_num_batched_tokens", DEFAULT_BATCHED_TOKENS))
+    if tokens >= MAX_BATCHED_TOKENS:
+        return None
+    return Finding(
+        Kind.PREFILL_TTFT, confidence=0.7, severity=facts.ttft_p99 / ttft_slo,
+        evidence=[evidence(facts, "engine.ttft_seconds", "p99", facts.ttft_p99,
+                           f"> {ttft_slo:g} s (objective)"),
+                  evidence(facts, "engine.itl_seconds", "p99", facts.itl_p99,
+                           f"<= {itl_slo / 2:g} s (half the objective)")],
+        changes=[change("args.max_num_batched_tokens", tokens,
+                        min(MAX_BATCHED_TOKENS, tokens * 2))],
+        reasoning=(f"TTFT p99 was {facts.ttft_p99:.2f} s, over the {ttft_slo:g} s objective, "
+                   f"while ITL p99 stayed at {facts.itl_p99 * 1000:.0f} ms: prompts wait for "
+                   f"prefill chunks of {tokens} tokens; decodes have room to share bigger "
+                   f"steps."),
+        expected="Lower TTFT p99; ITL p99 rises a little but stays under the objective.")
+
+
+def prefill_itl(facts: Facts) -> Finding | None:
+    _, itl_slo = _objectives()
+    if not _enough(facts) or facts.itl_p99 is None or facts.itl_p99 <= itl_slo \
+            or (facts.prompt_tps or 0) <= 0:
+        return None
+    tokens = int(arg(facts, "max_num_batched_tokens", DEFAULT_BATCHED_TOKENS))
+    proposed = max(MIN_BATCHED_TOKENS, int(arg(facts, "max_num_seqs",
+                                               DEFAULT_MAX_NUM_SEQS)), tokens // 2)
+    if proposed >= tokens:
+        return None
+    return Finding(
+        Kind.PREFILL_ITL, confidence=0.7, severity=facts.itl_p99 / itl_slo,
+        evidence=[evidence(facts, "engine.itl_seconds", "p99", facts.itl_p99,
+                           f"> {itl_slo * 1000:g} ms (objective)"),
+                  evidence(facts, "engine.prompt_tokens_per_s", "avg", facts.prompt_tps,
+                           "> 0 (prefills share the steps)")],
+        changes=[change("args.max_num_batched_tokens", tokens, proposed)],
+        reasoning=(f"ITL p99 was {facts.itl_p99 * 1000:.0f} ms, over the "
+                   f"{itl_slo * 1000:g} ms objective, with {facts.prompt_tps:.0f} prompt "
+                   f"tokens/s prefilled in chunks of up to {tokens} tokens beside the "
+                   f"decodes: smaller chunks make each step shorter."),
+        expected="Lower ITL p99; TTFT of long prompts rises somewhat.")
+
+
+# -- 4. CPU starvation --------------------------------------------------------------------
+
+
+def cpu_starvation(facts: Facts) -> Finding | None:
+    pinned, throttled, util = facts.busiest_process_pct, facts.throttled_pct, \
+        facts.gpu_util_avg
+    starved = (pinned or 0) >= CORE_PINNED or (throttled or 0) >= THROTTLED
+    busy = (facts.running_avg or 0) >= 1 or (facts.waiting_avg or 0) > 0
+    if not _enough(facts) or not starved or util is None or util >= GPU_BUSY or not busy:
+        return None
+    d = facts.deployment
+    current = list(d.cpus) if d.cpus else None
+    want = min(8, max(4, 2 + 2 * world_size(d.args or {})))
+    proposed = _cpus_near_gpus(facts, want) or current
+    changes = []
+    if proposed and proposed != current:
+        changes.append(change("cpus", current, proposed))
+    servers = int(arg(facts, "api_server_count", 1))
+    if "api_server_count" in _arg_names(d.vllm_version):
+        changes.append(change("args.api_server_count", servers, servers + 1))
+    proof = [evidence(facts, "gpu.util_pct", "avg", util, f"< {GPU_BUSY:g} %", "gpu",
+                      facts.gpus[0].id if facts.gpus else None)]
+    if (pinned or 0) >= CORE_PINNED:
+        proof.append(evidence(facts, "proc.cpu_pct", "avg, busiest vLLM process", pinned,
+                              f">= {CORE_PINNED:g} % (a full core)", "engine"))
+    if (throttled or 0) >= THROTTLED:
+        proof.append(evidence(facts, "host.cpu_throttled_pct", "avg", throttled,
+                              f">= {THROTTLED:g} %", "host", facts.host.id))
+    return Finding(
+        Kind.CPU_STARVATION, confidence=0.8, severity=GPU_BUSY - util, evidence=proof,
+        changes=changes,
+        reasoning=(f"The GPUs averaged {util:.0f} % busy with work queued or running while "
+                   + (f"a vLLM process held {pinned:.0f} % of a core"
+                      if (pinned or 0) >= CORE_PINNED else
+                      f"the cgroup throttled the CPUs {throttled:.0f} % of the time")
+                   + ": the engine loop cannot feed the GPU. vLLM wants 4-8 dedicated cores "
+                     "per instance and more API server processes under load."),
+        expected="GPU utilisation up, step times and TTFT down at the same load.")
+
+
+def _arg_names(version: str) -> set[str]:
+    from agents import vllm_args
+
+    try:
+        return set(vllm_args.available(version))
+    except ValueError:
+        return set()
+
+
+def _node_cpus(facts: Facts) -> dict[int, list[int]]:
+    return {n["id"]: list(n.get("cpus") or []) for n in facts.host.numa_nodes or []
+            if isinstance(n, dict) and "id" in n}
+
+
+def _gpu_nodes(facts: Facts) -> set[int]:
+    return {g.numa_node for g in facts.gpus if g.numa_node is not None}
+
+
+def _cpus_near_gpus(facts: Facts, count: int) -> list[int] | None:
+    """``count`` CPUs on the GPUs' NUMA node(s) that no other deployment of the host binds."""
+    nodes, near = _node_cpus(facts), _gpu_nodes(facts)
+    taken = _taken_cpus(facts)
+    pool = [c for n in sorted(near) for c in nodes.get(n, []) if c not in taken]
+    if not pool and facts.host.cpu_count:  # no NUMA layout reported: any free CPUs
+        pool = [c for c in range(facts.host.cpu_count) if c not in taken]
+    return sorted(pool[:count]) or None
+
+
+def _taken_cpus(facts: Facts) -> set[int]:
+    from controlplane.fleet.models import Deployment
+
+    others = Deployment.objects.filter(host_id=facts.host.id, enabled=True).exclude(
+        pk=facts.deployment.pk).values_list("cpus", flat=True)
+    return {c for cpus in others for c in cpus or []}
+
+
+# -- 5. NUMA mismatch ---------------------------------------------------------------------
+
+
+def numa_mismatch(facts: Facts) -> Finding | None:
+    nodes, near = _node_cpus(facts), _gpu_nodes(facts)
+    if not facts.proc_cpus or not near or len(nodes) < 2:
+        return None
+    node_of = {c: n for n, cpus in nodes.items() for c in cpus}
+    used = {node_of[c] for c in facts.proc_cpus if c in node_of}
+    if not used or used & near:
+        return None
+    d = facts.deployment
+    proposed = _cpus_near_gpus(facts, max(4, min(8, len(facts.proc_cpus))))
+    if not proposed:
+        return None
+    return Finding(
+        Kind.NUMA_MISMATCH, confidence=0.9, severity=float(len(facts.proc_cpus)),
+        evidence=[{**evidence(facts, "proc.cpu_affinity", "CPUs", None,
+                              f"on NUMA node {sorted(near)}", "engine"),
+                   "value": sorted(facts.proc_cpus), "nodes": sorted(used)}],
+        changes=[change("cpus", list(d.cpus) if d.cpus else None, proposed)],
+        reasoning=(f"The vLLM processes run on CPUs of NUMA node(s) {sorted(used)} while "
+                   f"their GPUs hang off node(s) {sorted(near)}: every host-to-device copy "
+                   f"and every kernel launch crosses the interconnect."),
+        expected="Lower and steadier step times (TTFT and ITL), less cross-socket traffic.")
+
+
+# -- 6. Foreign GPU memory ----------------------------------------------------------------
+
+
+def foreign_memory(facts: Facts) -> Finding | None:
+    gmu = float(arg(facts, "gpu_memory_utilization", DEFAULT_GMU))
+    worst = None
+    for gpu in facts.gpus:
+        used = facts.gpu_mem_used.get(gpu.id)
+        if used is None or not gpu.mem_total_bytes:
+            continue
+        beyond = used - gmu * gpu.mem_total_bytes
+        if beyond >= FOREIGN_MIN and (worst is None or beyond > worst[1]):
+            worst = (gpu, beyond)
+    if worst is None:
+        return None
+    gpu, beyond = worst
+    # Room for both: the other process keeps what it holds and may grow, CUDA contexts and
+    # fragmentation take a few per cent, and a restart must find the share free.
+    safe = math.floor((FOREIGN_CEILING * gpu.mem_total_bytes - beyond)
+                      / gpu.mem_total_bytes * 100) / 100
+    changes = [change("args.gpu_memory_utilization", gmu, safe)] if 0.5 <= safe < gmu else []
+    return Finding(
+        Kind.FOREIGN_MEMORY, confidence=0.85, severity=beyond / GIB,
+        evidence=[evidence(facts, "gpu.mem_used_bytes", "avg", facts.gpu_mem_used[gpu.id],
+                           f"> gpu_memory_utilization {gmu} x {gpu.mem_total_bytes / GIB:.0f} "
+                           f"GiB + 1 GiB", "gpu", gpu.id)],
+        changes=changes,
+        reasoning=(f"GPU {gpu.index} holds {beyond / GIB:.1f} GiB beyond the "
+                   f"{gmu:.0%} vLLM reserves: another process uses it. With both growing, "
+                   f"one of them runs out of memory. Move that process, or leave it room."),
+        expected="No out-of-memory risk on restart or under load; a smaller KV cache.")
+
+
+# -- 7. Host readiness --------------------------------------------------------------------
+
+
+def host_readiness(facts: Facts) -> Finding | None:
+    host, gaps, proof = facts.host, [], []
+    small = [g for g in facts.gpus if g.mem_total_bytes
+             and g.mem_total_bytes < REFERENCE["gpu_mem_bytes"]]
+    if small:
+        gaps.append(f"GPU memory {small[0].mem_total_bytes / 10**9:.0f} GB < 24 GB")
+        proof.append(evidence(facts, "gpu.mem_total_bytes", "inventory",
+                              small[0].mem_total_bytes, ">= 24 GB", "gpu", small[0].id))
+    if host.cpu_count and host.cpu_count < REFERENCE["cpu_count"]:
+        gaps.append(f"{host.cpu_count} CPU cores < 8")
+        proof.append(evidence(facts, "host.cpu_count", "inventory", host.cpu_count, ">= 8",
+                              "host", host.id))
+    if host.mem_total_bytes and host.mem_total_bytes < REFERENCE["mem_total_bytes"]:
+        gaps.append(f"{host.mem_total_bytes / 10**9:.0f} GB RAM < 64 GB")
+        proof.append(evidence(facts, "host.mem_total_bytes", "inventory",
+                              host.mem_total_bytes, ">= 64 GB", "host", host.id))
+    if not gaps:
+        return None
+    return Finding(
+        Kind.HOST_READINESS, confidence=1.0, severity=float(len(gaps)), evidence=proof,
+        reasoning=(f"{host.hostname} is below the reference host for vLLM: "
+                   f"{'; '.join(gaps)}. (NVMe for models and KV offload is not measured by "
+                   f"the agent: check it by hand.)"),
+        expected="A readiness report: nothing to apply; move the deployment or upgrade the "
+                 "host.")
+
+
+# -- 8. Over-provisioned ------------------------------------------------------------------
+
+
+def over_provisioned(facts: Facts) -> Finding | None:
+    """Read over the long idle window (service.py gives it facts of TUNING_IDLE_WINDOW_S)."""
+    idle_window = settings.PITWALL["TUNING_IDLE_WINDOW_S"]
+    if facts.minutes < idle_window // 60 * 0.9 or (facts.finished_per_s or 0) >= IDLE_PER_S \
+            or (facts.kv_max or 0) >= 0.1:
+        return None
+    d = facts.deployment
+    tp = int((d.args or {}).get("tensor_parallel_size", 1))
+    changes = []
+    if tp > 1 and len(d.gpu_indices) >= 2:
+        keep = list(d.gpu_indices)[:len(d.gpu_indices) // 2]
+        changes = [change("args.tensor_parallel_size", tp, tp // 2),
+                   change("gpu_indices", list(d.gpu_indices), keep)]
+    return Finding(
+        Kind.OVER_PROVISIONED, confidence=0.6, severity=1 / max(facts.finished_per_s or
+                                                                 0.001, 0.001),
+        evidence=[evidence(facts, "engine.requests_finished_per_s", "avg",
+                           facts.finished_per_s, f"< {IDLE_PER_S} over {idle_window // 60} min"),
+                  evidence(facts, "engine.kv_cache_usage", "max", facts.kv_max, "< 0.1")],
+        changes=changes,
+        reasoning=(f"Over {facts.minutes} minutes it finished {facts.finished_per_s or 0:.3f} "
+                   f"requests/s and KV usage never passed {facts.kv_max or 0:.0%}: its GPUs "
+                   f"sit idle. " + ("Halve the tensor parallelism to free GPUs."
+                                    if changes else "Consolidate it onto another deployment "
+                                                    "or stop it.")),
+        expected="The same service for this load on fewer GPUs." if changes else
+                 "A report: free its GPUs for other work.")
+
+
+# Over-provisioning reads its own, longer window (service.py).
+DIAGNOSES = (kv_pressure, concurrency_cap, prefill_ttft, prefill_itl, cpu_starvation,
+             numa_mismatch, foreign_memory, host_readiness)

@@ -1,0 +1,220 @@
+"""What the diagnoses read: each deployment's telemetry over a window, set-based.
+
+One query per table for every deployment at once, over the 1-minute rollups (a 10-minute
+window of 1,000 deployments is ~10 k engine rows and ~80 k GPU rows, where the raw tables hold
+60× that): engine gauges and rates, TTFT and ITL p99 from the summed histogram buckets (the
+alert evaluator's ``bucket_sums`` and the series API's ``histogram_quantile``), the
+deployment's GPUs, its vLLM processes, and the host's cgroup throttling. The CPUs the processes
+may run on are an attribute, not a series: the newest raw process rows carry them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection
+
+from controlplane.alerts.windows.sql import bucket_sums, max_buckets
+from controlplane.fleet.models import Deployment, Engine, Gpu, Host
+from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
+from controlplane.telemetry.schema import TABLES as RAW
+from controlplane.telemetry.series.histograms import histogram_quantile
+
+AFFINITY_LOOKBACK = timedelta(minutes=2)
+
+
+@dataclass
+class Facts:
+    """One deployment over [start, end); None where nothing was reported."""
+
+    deployment: Deployment
+    host: Host
+    gpus: list[Gpu]
+    engine_config: dict
+    start: datetime
+    end: datetime
+    engine_ids: list[int] = field(default_factory=list)  # one per data-parallel rank
+    minutes: int = 0  # 1-min buckets with engine data
+    kv_avg: float | None = None
+    kv_max: float | None = None
+    preemptions_per_s: float | None = None
+    preempting_share: float | None = None  # of minutes with preemptions
+    waiting_avg: float | None = None
+    waiting_share: float | None = None  # of minutes never without a queue
+    running_avg: float | None = None
+    running_max: float | None = None
+    generation_tps: float | None = None
+    prompt_tps: float | None = None
+    finished_per_s: float | None = None
+    ttft_p99: float | None = None
+    itl_p99: float | None = None
+    gpu_util: dict[int, float] = field(default_factory=dict)  # gpu id -> avg %
+    gpu_mem_used: dict[int, float] = field(default_factory=dict)  # gpu id -> avg bytes
+    proc_cpu: dict[int, float] = field(default_factory=dict)  # pid -> avg % (100 = a core)
+    throttled_pct: float | None = None
+    proc_cpus: set[int] = field(default_factory=set)  # CPUs the processes may run on
+
+    @property
+    def gpu_util_avg(self) -> float | None:
+        return sum(self.gpu_util.values()) / len(self.gpu_util) if self.gpu_util else None
+
+    @property
+    def busiest_process_pct(self) -> float | None:
+        return max(self.proc_cpu.values()) if self.proc_cpu else None
+
+
+def gather(deployments: list[Deployment], start: datetime, end: datetime,
+           engines_only: bool = False) -> dict[int, Facts]:
+    """Facts of each deployment (by id) over the rollup buckets in [start, end);
+    ``engines_only``: the engine gauges and rates alone (the long idle window)."""
+    facts, engines, gpus = _inventory(deployments, start, end)
+    if not facts:
+        return facts
+    _engine_stats(facts, engines)
+    if engines_only:
+        return facts
+    _latencies(facts, engines)
+    _gpu_stats(facts, gpus)
+    _process_stats(facts, engines)
+    _host_stats(facts)
+    _affinity(facts, engines)
+    return facts
+
+
+def _inventory(deployments: list[Deployment], start: datetime, end: datetime):
+    hosts = Host.objects.in_bulk({d.host_id for d in deployments})
+    gpus_of: dict[int, dict[int, Gpu]] = defaultdict(dict)
+    for gpu in Gpu.objects.filter(host_id__in=hosts, present=True):
+        gpus_of[gpu.host_id][gpu.index] = gpu
+    by_name: dict[tuple[int, int], list[Engine]] = defaultdict(list)
+    for engine in Engine.objects.filter(host_id__in=hosts, name__startswith="vllm:"):
+        port = engine.name[5:].partition("/")[0]
+        if port.isdigit():
+            by_name[(engine.host_id, int(port))].append(engine)
+    facts, engines, gpus = {}, [], []
+    for d in deployments:
+        mine = sorted(by_name.get((d.host_id, d.port), []), key=lambda e: e.name)
+        own_gpus = [gpus_of[d.host_id][i] for i in d.gpu_indices if i in gpus_of[d.host_id]]
+        facts[d.id] = Facts(d, hosts[d.host_id], own_gpus, mine[0].config if mine else {},
+                            start, end, [e.id for e in mine])
+        engines += [(d.id, e.id) for e in mine]
+        gpus += [(d.id, g.id) for g in own_gpus]
+    return facts, engines, gpus
+
+
+def _query(sql: str, params: list) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _pairs(pairs: list[tuple[int, int]], name: str) -> tuple[str, list]:
+    """A CTE ``m(dep, <name>)`` of (deployment id, entity id) pairs."""
+    return (f"m AS (SELECT * FROM unnest(%s::int8[], %s::int8[]) AS m(dep, {name}))",
+            [[p[0] for p in pairs], [p[1] for p in pairs]])
+
+
+def _window(facts: dict[int, Facts]) -> list[datetime]:
+    some = next(iter(facts.values()))
+    return [some.start, some.end]
+
+
+def _engine_stats(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
+    if not engines:
+        return
+    cte, params = _pairs(engines, "engine_id")
+    rows = _query(
+        f"WITH {cte} SELECT m.dep, count(*), avg(e.kv_cache_usage_avg), "
+        f"max(e.kv_cache_usage_max), avg(e.preemptions_per_s_avg), "
+        f"avg((e.preemptions_per_s_avg > 0.05)::int), avg(e.requests_waiting_avg), "
+        f"avg((e.requests_waiting_min > 0)::int), avg(e.requests_running_avg), "
+        f"max(e.requests_running_max), avg(e.generation_tokens_per_s_avg), "
+        f"avg(e.prompt_tokens_per_s_avg), avg(e.requests_finished_per_s_avg) "
+        f"FROM {ROLLUPS['1m']['engine'].name} e JOIN m ON m.engine_id = e.engine_id "
+        f"WHERE e.ts >= %s AND e.ts < %s AND e.up_max > 0 GROUP BY m.dep",
+        params + _window(facts))
+    names = ("minutes", "kv_avg", "kv_max", "preemptions_per_s", "preempting_share",
+             "waiting_avg", "waiting_share", "running_avg", "running_max", "generation_tps",
+             "prompt_tps", "finished_per_s")
+    for dep, *values in rows:
+        for name, value in zip(names, values, strict=True):
+            setattr(facts[dep], name, None if value is None else float(value))
+        facts[dep].minutes = int(facts[dep].minutes or 0)
+
+
+def _latencies(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
+    if not engines:
+        return
+    with connection.cursor() as cursor:
+        width = max_buckets(cursor)
+    bounds = dict(HistogramLayout.objects.values_list("id", "bounds"))
+    for key, attr in (("ttft_seconds", "ttft_p99"), ("itl_seconds", "itl_p99")):
+        cte, params = _pairs(engines, "engine_id")
+        rows = _query(
+            f"WITH {cte} SELECT m.dep, e.{key}_layout, {bucket_sums(f'e.{key}_counts', width)} "
+            f"FROM {ROLLUPS['1m']['engine'].name} e JOIN m ON m.engine_id = e.engine_id "
+            f"WHERE e.ts >= %s AND e.ts < %s AND e.{key}_counts IS NOT NULL GROUP BY 1, 2",
+            params + _window(facts))
+        best: dict[int, tuple[int, list[int]]] = {}
+        for dep, layout, counts in rows:  # a layout change inside the window: the fuller one
+            counts = [int(c or 0) for c in counts]
+            if dep not in best or sum(counts) > sum(best[dep][1]):
+                best[dep] = (layout, counts)
+        for dep, (layout, counts) in best.items():
+            setattr(facts[dep], attr, histogram_quantile(0.99, bounds.get(layout, []), counts))
+
+
+def _gpu_stats(facts: dict[int, Facts], gpus: list[tuple[int, int]]) -> None:
+    if not gpus:
+        return
+    cte, params = _pairs(gpus, "gpu_id")
+    rows = _query(
+        f"WITH {cte} SELECT m.dep, m.gpu_id, avg(g.util_pct_avg), avg(g.mem_used_bytes_avg) "
+        f"FROM {ROLLUPS['1m']['gpu'].name} g JOIN m ON m.gpu_id = g.gpu_id "
+        f"WHERE g.ts >= %s AND g.ts < %s GROUP BY 1, 2", params + _window(facts))
+    for dep, gpu_id, util, used in rows:
+        if util is not None:
+            facts[dep].gpu_util[gpu_id] = float(util)
+        if used is not None:
+            facts[dep].gpu_mem_used[gpu_id] = float(used)
+
+
+def _process_stats(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
+    if not engines:
+        return
+    cte, params = _pairs(engines, "engine_id")
+    rows = _query(
+        f"WITH {cte} SELECT m.dep, p.pid, avg(p.cpu_pct_avg) "
+        f"FROM {ROLLUPS['1m']['proc'].name} p JOIN m ON m.engine_id = p.engine_id "
+        f"WHERE p.ts >= %s AND p.ts < %s GROUP BY 1, 2", params + _window(facts))
+    for dep, pid, cpu in rows:
+        if cpu is not None:
+            facts[dep].proc_cpu[pid] = float(cpu)
+
+
+def _host_stats(facts: dict[int, Facts]) -> None:
+    hosts = sorted({f.host.id for f in facts.values()})
+    rows = _query(
+        f"SELECT host_id, avg(cpu_throttled_pct_avg) FROM {ROLLUPS['1m']['host'].name} "
+        f"WHERE host_id = ANY(%s) AND ts >= %s AND ts < %s GROUP BY 1",
+        [hosts, *_window(facts)])
+    throttled = {host: float(value) for host, value in rows if value is not None}
+    for f in facts.values():
+        f.throttled_pct = throttled.get(f.host.id)
+
+
+def _affinity(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
+    if not engines:
+        return
+    end = _window(facts)[1]
+    cte, params = _pairs(engines, "engine_id")
+    rows = _query(
+        f"WITH {cte} SELECT DISTINCT ON (p.host_id, p.pid) m.dep, p.cpu_affinity "
+        f"FROM {RAW['proc'].name} p JOIN m ON m.engine_id = p.engine_id "
+        f"WHERE p.ts >= %s AND p.ts < %s ORDER BY p.host_id, p.pid, p.ts DESC",
+        params + [end - AFFINITY_LOOKBACK, end])
+    for dep, cpus in rows:
+        facts[dep].proc_cpus.update(cpus or [])

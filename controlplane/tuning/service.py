@@ -1,0 +1,219 @@
+"""Suggestions over their life: a tuning pass makes and refreshes them; an operator accepts,
+dismisses or reverts; verification compares equal windows before and after an applied change.
+
+A pass diagnoses every enabled deployment whose current revision has run through the whole
+window (evidence must come from the config it would change). Per deployment and diagnosis
+there is at most one open suggestion, refreshed in place while the symptom holds and marked
+``cleared`` when it goes. A dismissed suggestion does not come back for the same revision
+unless its severity grows by half (``WORSE``): the same evidence, or noise around it, stays
+dismissed; a clearly worse situation is worth another look.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from controlplane.fleet import deployments as desired
+from controlplane.fleet.models import Deployment, DeploymentState
+from controlplane.tuning import verify
+from controlplane.tuning.diagnoses import Finding, diagnose, over_provisioned
+from controlplane.tuning.facts import gather
+from controlplane.tuning.models import DECIDED, Kind, State, Suggestion
+
+log = logging.getLogger(__name__)
+WORSE = 1.5
+LOCK_KEY = 0x50_54_55_4E  # "PTUN": one tuning pass at a time across the cluster
+
+
+@dataclass
+class PassResult:
+    deployments: int = 0
+    diagnosed: int = 0  # ran their current revision through the whole window
+    created: list[int] = field(default_factory=list)
+    refreshed: int = 0
+    cleared: int = 0
+
+
+def minute(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)
+
+
+def locked_pass(now: datetime | None = None) -> PassResult | None:
+    """A pass, unless another worker is running one (None then: it covers this tick)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
+        if not cursor.fetchone()[0]:
+            return None
+        try:
+            return tuning_pass(now)
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
+
+
+def tuning_pass(now: datetime | None = None) -> PassResult:
+    conf = settings.PITWALL
+    end = minute(now or timezone.now())  # whole minutes: the rollups' buckets
+    window, idle = (timedelta(seconds=conf["TUNING_WINDOW_S"]),
+                    timedelta(seconds=conf["TUNING_IDLE_WINDOW_S"]))
+    everyone = list(Deployment.objects.filter(enabled=True).select_related("host"))
+    steady = [d for d in everyone if d.updated_at <= end - window]
+    short = gather(steady, end - window, end)
+    settled = [d for d in steady if d.updated_at <= end - idle]
+    long = gather(settled, end - idle, end, engines_only=True)
+    result = PassResult(len(everyone), len(steady))
+    for d in steady:
+        found = diagnose(short[d.id])
+        if d.id in long and (idle_finding := over_provisioned(long[d.id])):
+            found.append(idle_finding)
+        record(d, found, result, timezone.now())
+    return result
+
+
+@transaction.atomic
+def record(d: Deployment, found: list[Finding], result: PassResult, now: datetime) -> None:
+    mine = list(Suggestion.objects.select_for_update().filter(deployment=d))
+    open_ = {s.kind: s for s in mine if s.state == State.OPEN}
+    for finding in found:
+        if (s := open_.pop(finding.kind, None)) is not None:
+            _refresh(s, finding, d, now)
+            result.refreshed += 1
+        elif not _held_back(mine, finding, d):
+            result.created.append(_create(d, finding, now).id)
+    for s in open_.values():  # the symptom went away
+        s.state, s.updated_at = State.CLEARED, now
+        s.save(update_fields=["state", "updated_at"])
+        result.cleared += 1
+
+
+def _fields(finding: Finding) -> dict[str, Any]:
+    return {"changes": finding.changes, "reasoning": finding.reasoning,
+            "expected": finding.expected, "confidence": finding.confidence,
+            "evidence": finding.evidence, "severity": finding.severity}
+
+
+def _refresh(s: Suggestion, finding: Finding, d: Deployment, now: datetime) -> None:
+    for name, value in _fields(finding).items():
+        setattr(s, name, value)
+    s.revision, s.updated_at = d.revision, now
+    s.save()
+
+
+def _create(d: Deployment, finding: Finding, now: datetime) -> Suggestion:
+    return Suggestion.objects.create(deployment=d, kind=finding.kind, revision=d.revision,
+                                     created_at=now, updated_at=now, **_fields(finding))
+
+
+def _held_back(mine: list[Suggestion], finding: Finding, d: Deployment) -> bool:
+    """Dismissed for this revision and not clearly worse, or a change of the same kind is
+    being applied or verified."""
+    for s in mine:
+        if s.kind != finding.kind or s.revision != d.revision and s.state != State.ACCEPTED:
+            continue
+        if s.state == State.DISMISSED and finding.severity < s.severity * WORSE:
+            return True
+        if s.state in (State.ACCEPTED, State.APPLIED):
+            return True
+    return False
+
+
+# -- an operator's decisions --------------------------------------------------------------
+
+
+class Refused(Exception):
+    """The suggestion cannot take this action now; the message says why."""
+
+
+@transaction.atomic
+def accept(s: Suggestion, user=None) -> Suggestion:
+    """Change the deployment's desired config as proposed (a new revision); the agent applies
+    it by a graceful restart and verification follows."""
+    s = Suggestion.objects.select_for_update().get(pk=s.pk)
+    d = Deployment.objects.select_for_update().get(pk=s.deployment_id)
+    if s.state != State.OPEN:
+        raise Refused(f"the suggestion is {s.state}: only an open one can be accepted")
+    if not s.changes:
+        raise Refused("this suggestion is a report: it proposes no change to apply")
+    if d.revision != s.revision:
+        raise Refused(f"the deployment changed since (revision {s.revision} -> {d.revision}); "
+                      f"the next pass re-examines it")
+    for c in s.changes:
+        _apply_change(d, c["field"], c["proposed"])
+    try:
+        desired.save(d, author=user, reason=f"suggestion #{s.pk}: {Kind(s.kind).label}")
+    except ValidationError as exc:
+        raise Refused("the proposed config is refused: " + "; ".join(exc.messages)) from None
+    s.state, s.decided_at, s.decided_by = State.ACCEPTED, timezone.now(), user
+    s.revision_after = d.revision
+    s.save()
+    return s
+
+
+def _apply_change(d: Deployment, name: str, value: Any) -> None:
+    if name.startswith("args."):
+        d.args = {**copy.deepcopy(d.args or {}), name[5:]: value}
+    elif name in ("cpus", "gpu_indices", "numa_node", "enabled"):
+        setattr(d, name, value)
+    else:
+        raise Refused(f"cannot apply a change to {name!r}")
+
+
+@transaction.atomic
+def dismiss(s: Suggestion, user=None) -> Suggestion:
+    s = Suggestion.objects.select_for_update().get(pk=s.pk)
+    if s.state != State.OPEN:
+        raise Refused(f"the suggestion is {s.state}: only an open one can be dismissed")
+    s.state, s.decided_at, s.decided_by = State.DISMISSED, timezone.now(), user
+    s.save()
+    return s
+
+
+@transaction.atomic
+def revert(s: Suggestion, user=None) -> Suggestion:
+    """Back to the config the suggestion was made against, as a new revision."""
+    s = Suggestion.objects.select_for_update().get(pk=s.pk)
+    if s.state not in DECIDED:
+        raise Refused(f"the suggestion is {s.state}: only an accepted one can be reverted")
+    d = Deployment.objects.select_for_update().get(pk=s.deployment_id)
+    try:
+        desired.revert(d, s.revision, user, f"revert suggestion #{s.pk}")
+    except ValidationError as exc:
+        raise Refused("; ".join(exc.messages)) from None
+    s.state = State.REVERTED
+    s.save(update_fields=["state"])
+    return s
+
+
+# -- after a change: applied, then verified ----------------------------------------------
+
+
+def follow_up(now: datetime | None = None) -> dict[str, int]:
+    """Mark accepted changes the agent runs as applied; verify those whose after-window is
+    complete."""
+    now = now or timezone.now()
+    counts = {"applied": 0, "verified": 0}
+    for s in Suggestion.objects.filter(state=State.ACCEPTED).select_related("deployment"):
+        if _running(s):
+            s.state = State.APPLIED
+            s.applied_at = max(s.deployment.state_since or now, s.decided_at or now)
+            s.save(update_fields=["state", "applied_at"])
+            counts["applied"] += 1
+    for s in Suggestion.objects.filter(state=State.APPLIED).select_related("deployment"):
+        if verify.due(s, now):
+            verify.conclude(s)
+            counts["verified"] += 1
+    return counts
+
+
+def _running(s: Suggestion) -> bool:
+    d = s.deployment
+    return (d.state == DeploymentState.READY and d.running_revision is not None
+            and s.revision_after is not None and d.running_revision >= s.revision_after)

@@ -1,0 +1,121 @@
+"""Did it help? Equal windows before and after an applied change, compared on what the
+diagnosis meant to move (its target) and on what must not get worse (the guards).
+
+The before-window ends when the change was accepted; the after-window starts
+``TUNING_SETTLE_S`` after the agent reported the new revision ready (caches warm, queues drain)
+and has the same length. Verdicts: ``improved`` when the target moved the right way by at least
+``MOVED`` and no guard got worse by ``GUARD``; ``regressed`` when the target moved the wrong way
+by ``MOVED`` or a guard got worse by ``GUARD``; ``unchanged`` otherwise. Load that changed
+between the windows moves these numbers too: the figures are shown so an operator can judge.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from controlplane.tuning.facts import Facts, gather
+from controlplane.tuning.models import Kind, State, Suggestion
+
+MOVED = 0.10
+GUARD = 0.20
+# metric -> (Facts attribute, +1 when higher is better, -1 when lower is)
+METRICS = {
+    "generation_tokens_per_s": ("generation_tps", +1),
+    "ttft_p99_s": ("ttft_p99", -1),
+    "itl_p99_s": ("itl_p99", -1),
+    "preemptions_per_s": ("preemptions_per_s", -1),
+    "requests_waiting": ("waiting_avg", -1),
+    "kv_cache_usage": ("kv_avg", 0),  # shown, judged by nobody: more use can be the point
+    "gpu_util_pct": ("gpu_util_avg", +1),
+}
+TARGET = {
+    Kind.KV_PRESSURE: "preemptions_per_s", Kind.CONCURRENCY_CAP: "requests_waiting",
+    Kind.PREFILL_TTFT: "ttft_p99_s", Kind.PREFILL_ITL: "itl_p99_s",
+    Kind.CPU_STARVATION: "gpu_util_pct", Kind.NUMA_MISMATCH: "itl_p99_s",
+}
+GUARDS = ("generation_tokens_per_s", "ttft_p99_s", "itl_p99_s", "preemptions_per_s")
+
+
+def windows(s: Suggestion) -> tuple[tuple[datetime, datetime], tuple[datetime, datetime]]:
+    length = timedelta(seconds=settings.PITWALL["TUNING_VERIFY_WINDOW_S"])
+    before_end = _floor(s.decided_at)
+    after_start = _ceil(s.applied_at + timedelta(seconds=settings.PITWALL["TUNING_SETTLE_S"]))
+    return (before_end - length, before_end), (after_start, after_start + length)
+
+
+def due(s: Suggestion, now: datetime) -> bool:
+    """The after-window is over and its last minute rolled up."""
+    conf = settings.PITWALL
+    lag = timedelta(seconds=conf["ROLLUP_SETTLE_S"] + conf["ROLLUP_INTERVAL_S"])
+    return now >= windows(s)[1][1] + lag
+
+
+def conclude(s: Suggestion) -> Suggestion:
+    (b0, b1), (a0, a1) = windows(s)
+    before = measure(gather([s.deployment], b0, b1)[s.deployment_id])
+    after = measure(gather([s.deployment], a0, a1)[s.deployment_id])
+    verdict, summary = judge(s.kind, before, after)
+    s.state, s.verified_at = verdict, timezone.now()
+    s.verification = {"before": before, "after": after, "target": TARGET.get(s.kind),
+                      "windows": {"before": [b0.isoformat(), b1.isoformat()],
+                                  "after": [a0.isoformat(), a1.isoformat()]},
+                      "summary": summary}
+    s.save(update_fields=["state", "verified_at", "verification"])
+    return s
+
+
+def measure(facts: Facts) -> dict[str, float | None]:
+    return {name: _value(facts, attr) for name, (attr, _) in METRICS.items()}
+
+
+def _value(facts: Facts, attr: str) -> float | None:
+    value = getattr(facts, attr)
+    return None if value is None else round(float(value), 4)
+
+
+def change_of(name: str, before: dict, after: dict) -> float | None:
+    """Relative change, signed so that positive is better (None: not comparable)."""
+    b, a, sign = before.get(name), after.get(name), METRICS[name][1]
+    if b is None or a is None or sign == 0:
+        return None
+    if b == 0:
+        return 0.0 if a == 0 else sign * (1.0 if a > 0 else -1.0)
+    return sign * (a - b) / abs(b)
+
+
+def judge(kind: str, before: dict, after: dict) -> tuple[str, str]:
+    target = TARGET.get(kind)
+    moved = change_of(target, before, after) if target else None
+    worse = [g for g in GUARDS if g != target
+             and (c := change_of(g, before, after)) is not None and c <= -GUARD]
+    summary = "; ".join(_line(name, before, after) for name in METRICS
+                        if before.get(name) is not None or after.get(name) is not None)
+    if (moved is not None and moved <= -MOVED) or worse:
+        return State.REGRESSED, summary
+    if moved is not None and moved >= MOVED:
+        return State.IMPROVED, summary
+    return State.UNCHANGED, summary
+
+
+def _line(name: str, before: dict, after: dict) -> str:
+    b, a = before.get(name), after.get(name)
+    text = f"{name} {_fmt(b)} -> {_fmt(a)}"
+    if b not in (None, 0) and a is not None:
+        text += f" ({(a - b) / abs(b):+.0%})"
+    return text
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def _floor(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)
+
+
+def _ceil(at: datetime) -> datetime:
+    floor = _floor(at)
+    return floor if floor == at else floor + timedelta(minutes=1)

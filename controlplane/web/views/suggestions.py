@@ -1,0 +1,55 @@
+"""Suggestions: the open ones across the fleet, and the actions on one (staff): accept,
+dismiss, revert. Each deployment's page lists its own (deployments.py)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from controlplane.tuning import service
+from controlplane.tuning.links import with_links
+from controlplane.tuning.models import State, Suggestion
+from controlplane.web.views.access import staff_to_change
+
+RECENT = 50
+ACTIONS = {"accept": service.accept, "dismiss": service.dismiss, "revert": service.revert}
+DONE = {"accept": "accepted: the agent applies it by a graceful restart",
+        "dismiss": "dismissed", "revert": "reverted"}
+
+
+def annotated(suggestions) -> list[Suggestion]:
+    """Each with its evidence's chart links, for the templates."""
+    rows = list(suggestions)
+    for s in rows:
+        s.linked_evidence = with_links(s.evidence)
+    return rows
+
+
+@staff_to_change
+def suggestion_list(request: HttpRequest) -> HttpResponse:
+    base = Suggestion.objects.select_related("deployment__host", "decided_by")
+    return render(request, "web/suggestions/list.html", {
+        "open": annotated(base.filter(state=State.OPEN).order_by("-confidence", "-id")),
+        "recent": annotated(base.exclude(state=State.OPEN).order_by("-updated_at")[:RECENT]),
+        "can_edit": request.user.is_staff})
+
+
+@staff_to_change
+@require_POST
+def suggestion_action(request: HttpRequest, suggestion_id: int, action: str) -> HttpResponse:
+    s = get_object_or_404(Suggestion, pk=suggestion_id)
+    do = ACTIONS.get(action)
+    if do is None:
+        messages.error(request, f"Unknown action {action!r}.")
+    else:
+        try:
+            do(s, request.user)
+            messages.success(request, f"Suggestion #{s.pk} {DONE[action]}.")
+        except service.Refused as exc:
+            messages.error(request, f"Suggestion #{s.pk} not {DONE[action].split(':')[0]}: "
+                                    f"{exc}")
+    back = request.POST.get("next") or reverse("web:deployment", args=[s.deployment_id])
+    return redirect(back if back.startswith("/") else "/")

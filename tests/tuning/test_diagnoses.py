@@ -1,0 +1,143 @@
+"""Each diagnosis on facts built by hand: the healthy baseline trips none; each symptom trips
+its own diagnosis with the change, the evidence and the reasoning an operator would check."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.tuning.diagnoses import diagnose, over_provisioned
+from tests.tuning.factories import GIB, H200, deployment, gpus, healthy, host
+
+pytestmark = pytest.mark.django_db
+
+
+def only(facts):
+    found = diagnose(facts)
+    assert len(found) == 1, [f.kind for f in found]
+    return found[0]
+
+
+def test_a_healthy_deployment_gets_no_suggestion():
+    assert diagnose(healthy()) == []
+
+
+def test_too_little_data_is_not_judged():
+    assert diagnose(healthy(minutes=3, kv_avg=0.99, preemptions_per_s=2.0)) == []
+
+
+def test_kv_pressure_with_free_gpu_memory_raises_gpu_memory_utilization():
+    base = healthy()
+    [gpu] = base.gpus
+    found = only(healthy(kv_avg=0.97, kv_max=1.0, preemptions_per_s=0.8, preempting_share=0.9,
+                         gpu_mem_used={gpu.id: 0.78 * H200}))
+    assert found.kind == "kv_pressure"
+    assert found.changes == [{"field": "args.gpu_memory_utilization", "current": 0.9,
+                              "proposed": 0.95}]
+    assert {e["metric"] for e in found.evidence} >= {"engine.kv_cache_usage",
+                                                     "engine.preemptions_per_s"}
+    assert "97%" in found.reasoning and found.confidence > 0.8
+
+
+def test_kv_pressure_without_spare_memory_lowers_max_num_seqs():
+    gpu = healthy().gpus[0]
+    found = only(healthy(kv_avg=0.96, kv_max=1.0, preemptions_per_s=1.5, preempting_share=1.0,
+                         running_avg=120, running_max=128,
+                         gpu_mem_used={gpu.id: 0.955 * H200}, deployment=deployment(
+                             healthy().host, args={"max_num_seqs": 128,
+                                                   "gpu_memory_utilization": 0.95})))
+    assert found.changes == [{"field": "args.max_num_seqs", "current": 128, "proposed": 96}]
+
+
+def test_requests_queued_at_the_cap_with_kv_headroom_raise_max_num_seqs():
+    found = only(healthy(waiting_avg=14, waiting_share=1.0, running_avg=128, running_max=128,
+                         kv_avg=0.35, kv_max=0.4))
+    assert found.kind == "concurrency_cap"
+    assert found.changes[0]["field"] == "args.max_num_seqs"
+    assert found.changes[0]["current"] == 128 and found.changes[0]["proposed"] == 240
+
+
+def test_queued_but_below_the_cap_is_not_a_concurrency_cap():
+    assert diagnose(healthy(waiting_avg=14, waiting_share=1.0, running_max=100,
+                            kv_max=0.4)) == []
+
+
+def test_high_ttft_with_fine_itl_raises_max_num_batched_tokens():
+    found = only(healthy(ttft_p99=3.5, itl_p99=0.02))
+    assert found.kind == "prefill_ttft"
+    assert found.changes == [{"field": "args.max_num_batched_tokens", "current": 8192,
+                              "proposed": 16384}]
+
+
+def test_high_itl_with_prefills_lowers_max_num_batched_tokens():
+    found = only(healthy(itl_p99=0.18, prompt_tps=20000))
+    assert found.kind == "prefill_itl"
+    assert found.changes == [{"field": "args.max_num_batched_tokens", "current": 8192,
+                              "proposed": 4096}]
+
+
+def test_the_engine_reports_its_flags_when_the_deployment_leaves_them_default():
+    found = only(healthy(itl_p99=0.18, engine_config={"max_num_batched_tokens": "16384"}))
+    assert found.changes[0]["current"] == 16384 and found.changes[0]["proposed"] == 8192
+
+
+def test_a_process_pinned_at_a_core_while_the_gpu_idles_asks_for_cores_and_api_servers():
+    found = only(healthy(proc_cpu={4242: 99.0}, gpu_util={healthy().gpus[0].id: 61.0},
+                         waiting_avg=6))
+    assert found.kind == "cpu_starvation"
+    fields = {c["field"]: c for c in found.changes}
+    assert fields["cpus"]["proposed"] == [0, 1, 2, 3]  # near GPU 0's NUMA node
+    assert fields["args.api_server_count"] == {"field": "args.api_server_count",
+                                               "current": 1, "proposed": 2}
+    assert "99 %" in found.reasoning
+
+
+def test_cgroup_throttling_counts_as_starvation():
+    found = only(healthy(throttled_pct=35.0, gpu_util={healthy().gpus[0].id: 70.0}))
+    assert found.kind == "cpu_starvation"
+    assert any(e["metric"] == "host.cpu_throttled_pct" for e in found.evidence)
+
+
+def test_a_busy_gpu_is_not_starved_by_a_busy_core():
+    assert diagnose(healthy(proc_cpu={4242: 99.0})) == []
+
+
+def test_processes_on_the_other_numa_node_are_bound_to_the_gpus_node():
+    found = only(healthy(proc_cpus=set(range(16, 24))))
+    assert found.kind == "numa_mismatch"
+    assert found.changes == [{"field": "cpus", "current": None,
+                              "proposed": list(range(8))}]
+
+
+def test_memory_beyond_the_engines_share_is_foreign():
+    gpu = healthy().gpus[0]
+    found = only(healthy(gpu_mem_used={gpu.id: 0.9 * H200 + 10 * GIB}))
+    assert found.kind == "foreign_memory"
+    assert found.changes == [{"field": "args.gpu_memory_utilization", "current": 0.9,
+                              "proposed": 0.87}]
+    assert "10.0 GiB" in found.reasoning
+
+
+def test_a_host_below_the_reference_gets_a_report_with_nothing_to_apply():
+    small = host(hostname="small-node", cpu_count=4, mem_total_bytes=32 * 10**9)
+    [gpu] = gpus(small, mem=16 * 10**9)
+    d = deployment(small)
+    found = only(healthy(deployment=d, host=small, gpus=[gpu], gpu_util={gpu.id: 93.0},
+                         gpu_mem_used={gpu.id: 0.9 * 16 * 10**9}))
+    assert found.kind == "host_readiness" and found.changes == []
+    assert "4 CPU cores < 8" in found.reasoning and "32 GB RAM < 64 GB" in found.reasoning
+
+
+def test_an_idle_hour_with_tensor_parallelism_halves_it():
+    h = host()
+    gpus(h, 2)
+    d = deployment(h, gpu_indices=[0, 1], args={"tensor_parallel_size": 2})
+    found = over_provisioned(healthy(deployment=d, minutes=60, finished_per_s=0.01,
+                                     kv_max=0.02))
+    assert found is not None and found.kind == "over_provisioned"
+    assert found.changes == [
+        {"field": "args.tensor_parallel_size", "current": 2, "proposed": 1},
+        {"field": "gpu_indices", "current": [0, 1], "proposed": [0]}]
+
+
+def test_a_busy_hour_is_not_over_provisioned():
+    assert over_provisioned(healthy(minutes=60)) is None
