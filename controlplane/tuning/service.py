@@ -70,11 +70,15 @@ def tuning_pass(now: datetime | None = None) -> PassResult:
     settled = [d for d in steady if d.updated_at <= end - idle]
     long = gather(settled, end - idle, end, engines_only=True)
     result = PassResult(len(everyone), len(steady))
+    # Most deployments are healthy and have nothing open: they cost no transaction.
+    with_open = set(Suggestion.objects.filter(state=State.OPEN)
+                    .values_list("deployment_id", flat=True))
     for d in steady:
         found = diagnose(short[d.id])
         if d.id in long and (idle_finding := over_provisioned(long[d.id])):
             found.append(idle_finding)
-        record(d, found, result, timezone.now())
+        if found or d.id in with_open:
+            record(d, found, result, timezone.now())
     return result
 
 
