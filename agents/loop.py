@@ -35,6 +35,9 @@ class Sources:
     simulated: bool = False  # the GPUs are simulated (--gpu-backend sim)
     numa_node: Callable[[str], int | None] | None = None  # PCI bus id -> NUMA node
     hostname: str | None = None  # overrides the host collector's (--hostname; a sim fleet)
+    # A simulated engine's /sim/state (engine collector -> state): its modeled process CPU
+    # replaces the simulator process's own. None: read over HTTP from the engine's URL.
+    sim_state: Callable[[Any], dict[str, Any] | None] | None = None
 
     def close(self) -> None:
         if self.gpus is not None:
@@ -56,6 +59,8 @@ class Sampler:
         self._engine_gpus: dict[str, list[str]] = {}
         # Inventory parts last read successfully: a failing read must not look like a change.
         self._last: dict[str, Any] = {}
+        self._simulated: dict[str, Any] = {}  # engine name -> its simulated engine's collector
+        self._sim_sources: dict[str, Callable[[], dict[str, Any] | None]] = {}
 
     def _call(self, source: str, read: Callable[[], T]) -> T | None:
         try:
@@ -77,8 +82,9 @@ class Sampler:
             gpu_mem = self._call("nvml processes", src.gpus.process_gpu_memory)
         sample["engines"], engine_pids = self._engines(gpu_mem)
         if src.processes is not None and engine_pids:
-            sample["processes"] = self._call(
+            procs = self._call(
                 "processes", lambda: src.processes.collect(engine_pids, gpu_mem or {}))
+            sample["processes"] = self._call("sim processes", lambda: self._modeled(procs))
         return {key: value for key, value in sample.items() if value or key == "ts"}
 
     def _engines(self, gpu_mem: dict[int, dict[str, int]] | None,
@@ -94,9 +100,33 @@ class Sampler:
                 # The processes behind one URL serve all its engines; with several (data
                 # parallel) they are booked under the first name.
                 engine_pids[names[0]] = pids
+                if getattr(engine, "simulated", False) is True:
+                    self._simulated[names[0]] = engine
             if names and gpu_mem is not None:  # no NVML answer this time: keep the old link
                 self._link(names, pids, gpu_mem)
         return entries, engine_pids
+
+    def _modeled(self, procs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        """Simulated engines only: their modeled per-role CPU (agents/sim/process_roles)."""
+        if not procs or not self._simulated:
+            return procs
+        from agents.sim.process_roles import overlay
+
+        for name, engine in self._simulated.items():
+            state = self._sim_state(engine)
+            if state is not None:
+                procs = overlay(procs, name, state)
+        return procs
+
+    def _sim_state(self, engine: Any) -> dict[str, Any] | None:
+        if self.sources.sim_state is not None:
+            return self.sources.sim_state(engine)
+        url = getattr(engine, "url", "")
+        if url not in self._sim_sources:
+            from agents.sim.sim_nvml_state import http_state_source
+
+            self._sim_sources[url] = http_state_source(url)
+        return self._sim_sources[url]()
 
     def _find_pids(self, engine: Any) -> list[int]:
         procs, port = self.sources.processes, getattr(engine, "port", None)

@@ -12,14 +12,20 @@ gives, so tests step hours of traffic in milliseconds.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
-import random
 import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from agents.sim.cpu_model import CpuModel
+from agents.sim.workload import RequestSpec, SyntheticLoad
+
+__all__ = ["EngineConfig", "EngineModel", "Request", "RequestSpec", "StepStats",
+           "SyntheticLoad", "params_from_model_name"]
 
 GIB = 1 << 30
 HBM_BYTES_PER_S = 3.0e12  # effective HBM bandwidth of an H100/H200-class GPU
@@ -57,15 +63,16 @@ class EngineConfig:
     max_model_len: int = 8192
     gpu_mem_bytes: int = 80 * GIB
 
-    @property
+    # Cached: the engine asks for these every step, and the name is parsed with regexes.
+    @functools.cached_property
     def params(self) -> float:
         return params_from_model_name(self.model)
 
-    @property
+    @functools.cached_property
     def weights_bytes_per_gpu(self) -> int:
         return int(self.params * 2 / self.tensor_parallel_size)  # bf16, sharded by TP
 
-    @property
+    @functools.cached_property
     def kv_bytes_per_token_per_gpu(self) -> float:
         # KV width grows roughly with the square root of the parameter count across the
         # Llama/Qwen families (70B: 320 KiB/token, 8B: 128 KiB); TP shards the KV heads.
@@ -94,49 +101,6 @@ class EngineConfig:
         read = self.weights_bytes_per_gpu + kv_tokens * self.kv_bytes_per_token_per_gpu
         compute = 2 * self.params / self.tensor_parallel_size * tokens
         return STEP_OVERHEAD_S + read / HBM_BYTES_PER_S + compute / FLOPS_PER_S
-
-
-@dataclass(frozen=True, slots=True)
-class RequestSpec:
-    prompt_tokens: int
-    max_tokens: int
-    output_tokens: int  # where generation would stop by itself ("stop"), if under max_tokens
-    cached_tokens: int = 0  # prompt prefix the prefix cache holds (a shared system prompt)
-
-
-# A workload mix: (weight, prompt median, sigma, output median, sigma, P(shared prefix),
-# shared share of the prompt). Lognormal lengths, as in the public chat/RAG traces.
-_WORKLOADS = (
-    (0.60, 700, 0.9, 220, 0.8, 0.8, (0.3, 0.7)),  # chat: system prompts shared
-    (0.25, 2800, 0.6, 160, 0.6, 0.3, (0.05, 0.3)),  # RAG / summaries: long prompts
-    (0.15, 450, 0.8, 650, 0.7, 0.6, (0.4, 0.9)),  # code: long outputs
-)
-_WEIGHTS = [w[0] for w in _WORKLOADS]
-_MAX_TOKENS = (256, 512, 1024, 2048)
-
-
-class SyntheticLoad:
-    """Poisson arrivals at ``rate`` requests/s, lengths drawn from the seeded mix above."""
-
-    def __init__(self, rate: float, max_model_len: int, seed: int | None = None) -> None:
-        self.rate = rate
-        self.max_model_len = max_model_len
-        self.rng = random.Random(seed)
-
-    def next_after(self, t: float) -> tuple[float, RequestSpec]:
-        gap = self.rng.expovariate(self.rate) if self.rate > 0 else math.inf
-        return t + gap, self.draw()
-
-    def draw(self) -> RequestSpec:
-        rng = self.rng
-        _, p_med, p_sig, o_med, o_sig, p_shared, (lo, hi) = rng.choices(
-            _WORKLOADS, _WEIGHTS)[0]
-        prompt = min(max(1, int(rng.lognormvariate(math.log(p_med), p_sig))),
-                     self.max_model_len - 1)
-        max_tokens = min(rng.choice(_MAX_TOKENS), self.max_model_len - prompt)
-        output = max(1, int(rng.lognormvariate(math.log(o_med), o_sig)))
-        cached = int(prompt * rng.uniform(lo, hi)) if rng.random() < p_shared else 0
-        return RequestSpec(prompt, max_tokens, output, cached)
 
 
 class Request:
@@ -178,6 +142,12 @@ class StepStats:
     prefix_hits: int = 0
     ttfts: list[float] = field(default_factory=list)
     itls: list[float] = field(default_factory=list)
+    new_requests: int = 0  # scheduled for the first time: the API server tokenised them
+    new_prompt_tokens: int = 0
+    # Identical decode-only iterations folded into one record (see EngineModel._coast):
+    # ``steps`` of them, each of ``tokens``; their ITLs as (seconds, how many) pairs.
+    steps: int = 1
+    itl_runs: list[tuple[float, int]] = field(default_factory=list)
 
 
 class StatsSink(Protocol):
@@ -190,9 +160,12 @@ class EngineModel:
     """One engine (one data-parallel rank). Feed it requests, ``advance`` it through time."""
 
     def __init__(self, config: EngineConfig, start: float = 0.0,
-                 load: SyntheticLoad | None = None, sink: StatsSink | None = None) -> None:
+                 load: SyntheticLoad | None = None, sink: StatsSink | None = None,
+                 cpu: CpuModel | None = None, rank: int = 0) -> None:
         config.check()
         self.config = config
+        self.cpu = cpu  # None: the CPU is never the bottleneck (the model before CPUs)
+        self.rank = rank
         self.now = start
         self.sink = sink
         self.load = load
@@ -249,7 +222,8 @@ class EngineModel:
                 continue
             if self.now >= until:
                 return finished
-            finished.extend(self._step())
+            if not self._coast(until):
+                finished.extend(self._step())
 
     def _push_synthetic(self, after: float) -> None:
         arrival, spec = self.load.next_after(after)  # type: ignore[union-attr]
@@ -266,17 +240,38 @@ class EngineModel:
     def _step(self) -> list[Request]:
         stats = StepStats(start=self.now)
         batch = self._schedule(stats)
-        kv_tokens = sum(request.computed + n for request, n in batch)
-        stats.end = self.now = self.now + self.config.step_seconds(stats.tokens, kv_tokens)
-        self._busy.append((stats.start, stats.end))
-        while self._busy and self._busy[0][1] < stats.end - BUSY_WINDOW_S:
-            self._busy.popleft()
+        kv_tokens = outputs = 0
+        for request, n in batch:
+            kv_tokens += request.computed + n
+            outputs += request.computed + n >= request.num_tokens  # this step samples a token
+        gpu_s = self.config.step_seconds(stats.tokens, kv_tokens)
+        wall = self._wall(gpu_s, len(batch), stats.tokens - outputs, stats, outputs)
+        stats.end = self.now = self.now + wall
+        self._mark_busy(stats.start, stats.start + gpu_s)
         finished = self._apply(batch, stats)
         if self.sink is not None:
             self.sink.on_step(stats)
             for request in finished:
                 self.sink.on_finished(request)
         return finished
+
+    def _coast(self, until: float) -> bool:
+        from agents.sim.engine_coast import coast  # it reads this module's classes
+
+        return coast(self, until)
+
+    def _wall(self, gpu_s: float, seqs: int, prefill: int, stats: Any,
+              outputs: int) -> float:
+        if self.cpu is None:
+            return gpu_s
+        return self.cpu.step(self.rank, self.now, gpu_s, seqs, prefill,
+                             stats.new_requests, stats.new_prompt_tokens, outputs)
+
+    def _mark_busy(self, start: float, end: float) -> None:
+        """The GPU ran a step from start to end (a CPU-stretched step idles it after)."""
+        self._busy.append((start, end))
+        while self._busy and self._busy[0][1] < end - BUSY_WINDOW_S:
+            self._busy.popleft()
 
     def _schedule(self, stats: StepStats) -> list[tuple[Request, int]]:
         budget = self.config.max_num_batched_tokens
@@ -331,6 +326,8 @@ class EngineModel:
             if request.scheduled_ts is None:
                 request.scheduled_ts = self.now
                 request.cached_tokens = hit  # what vLLM reports as the request's cached tokens
+                stats.new_requests += 1
+                stats.new_prompt_tokens += request.prompt_tokens
             stats.prefix_queries += request.num_tokens
             stats.prefix_hits += hit
             self.running.append(request)

@@ -6,7 +6,12 @@ reachable (a stopped engine holds no GPU memory). The simulated vLLM server answ
 
     {"simulated": true, "pid": int, "gpu_indices": [int], "gpu_memory_utilization": float,
      "weights_bytes_per_gpu": int, "kv_cache_usage": float, "busy_fraction": float,
-     "requests_running": int, "requests_waiting": int}
+     "requests_running": int, "requests_waiting": int,
+     "processes": [{"role": "engine_core" | "api_server", "index": int, "cpu_pct": float}],
+     "cpus": [int], "cpu_throttled_pct": float}
+
+``processes`` is the modeled CPU use of each vLLM process role (100 = one core); the agent
+reports it for simulated engines (agents/sim/process_roles.py).
 """
 
 from __future__ import annotations

@@ -17,20 +17,22 @@ completions and /health get 503 while the running requests finish, for at most
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import prometheus_client as prom
+
+from agents.collectors.cgroup import CgroupThrottle
+from agents.sim.batched_series import BatchedSeries
+from agents.sim.cpu_model import CpuBudget, CpuModel
 from agents.sim.engine_model import (
-    GIB,
     EngineConfig,
     EngineModel,
     Request,
@@ -38,6 +40,7 @@ from agents.sim.engine_model import (
     SyntheticLoad,
 )
 from agents.sim.vllm_exposition import VllmExposition
+from agents.sim.workload import MIXES
 
 # The engines advance on every scrape and completion anyway; the ticker only bounds how much
 # simulated time one call may have to catch up on, and how late a completion is answered.
@@ -57,6 +60,14 @@ class SimOptions:
     seed: int | None = None
     startup_seconds: float = 0.0
     drain_seconds: float = 30.0  # sim-only: how long SIGTERM lets running requests finish
+    api_server_count: int = 1
+    cpus: list[int] | None = None  # None: this process's real affinity, read at start
+    cpu_quota: float | None = None  # cores; None: the real cgroup's quota, if any
+    cpu_contention: float = 0.0  # sim-only: the share of those CPUs other work takes
+    numa_remote: bool = False  # the CPUs are on another NUMA node than the GPUs (scenarios)
+    cpu_window_s: float = 1.0  # /sim/state's CPU use is averaged over this much time
+    pid: int | None = None  # reported as the engine's pid; None: this process's
+    mix: str = "chat"  # the synthetic traffic's workload mix (agents/sim/workload.MIXES)
 
 
 class ApiError(Exception):
@@ -87,6 +98,12 @@ class SimVllm:
         self.in_flight = 0  # HTTP requests between their first byte and their reply's last
         self.idle = threading.Condition(self.lock)
         self._seen_prompts: set[int] = set()
+        self.pid = options.pid if options.pid is not None else os.getpid()
+        self.cpus = sorted(options.cpus if options.cpus is not None else _affinity())
+        self.cpu = CpuModel(CpuBudget(
+            len(self.cpus), options.cpu_quota if options.cpu_quota is not None else
+            _cgroup_quota(), options.cpu_contention, options.numa_remote,
+            options.api_server_count), options.cpu_window_s)
 
     @property
     def ready(self) -> bool:
@@ -99,8 +116,10 @@ class SimVllm:
             dp = opts.data_parallel_size
             for rank, series in enumerate(self.metrics.engines):
                 seed = None if opts.seed is None else opts.seed + rank
-                load = SyntheticLoad(opts.load / dp, opts.engine.max_model_len, seed)
-                self.engines.append(EngineModel(opts.engine, now, load, series))
+                load = SyntheticLoad(opts.load / dp, opts.engine.max_model_len, seed,
+                                     MIXES[opts.mix])
+                self.engines.append(EngineModel(opts.engine, now, load, BatchedSeries(series),
+                                                self.cpu, rank))
         return bool(self.engines)
 
     def tick(self) -> None:
@@ -118,11 +137,20 @@ class SimVllm:
 
     def scrape(self, accept: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
         with self.lock:
-            self._advance()
-            for engine, series in zip(self.engines, self.metrics.engines, strict=False):
-                series.set_state(len(engine.running), len(engine.waiting),
-                                 engine.kv_cache_usage)
+            self._publish()
             return self.metrics.render(accept, accept_encoding)
+
+    def scrape_families(self, registry: Any) -> bytes:
+        """A scrape rendered from ``registry`` (a restriction of ``metrics.registry`` to the
+        families a reader wants: the scenario driver's agent reads a handful of 60)."""
+        with self.lock:
+            self._publish()
+            return prom.generate_latest(registry)
+
+    def _publish(self) -> None:
+        self._advance()
+        for engine, series in zip(self.engines, self.metrics.engines, strict=False):
+            series.set_state(len(engine.running), len(engine.waiting), engine.kv_cache_usage)
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST /v1/completions: queue the request, wait for the engine, answer like vLLM."""
@@ -206,7 +234,7 @@ class SimVllm:
             self._advance()
             now, n = self.clock(), max(1, len(engines))
             return {
-                "simulated": True, "pid": os.getpid(),
+                "simulated": True, "pid": self.pid,
                 "gpu_indices": list(opts.gpu_indices if opts.gpu_indices is not None else
                                     range(opts.engine.tensor_parallel_size *
                                           opts.data_parallel_size)),
@@ -215,7 +243,33 @@ class SimVllm:
                 "kv_cache_usage": sum(e.kv_cache_usage for e in engines) / n,
                 "busy_fraction": sum(e.busy_fraction(now) for e in engines) / n,
                 "requests_running": sum(len(e.running) for e in engines),
-                "requests_waiting": sum(len(e.waiting) for e in engines)}
+                "requests_waiting": sum(len(e.waiting) for e in engines),
+                **self._cpu_state(now)}
+
+    def _cpu_state(self, now: float) -> dict[str, Any]:
+        """The modeled CPU use per vLLM process role (this one process's real use means
+        nothing): one engine core per data-parallel rank, ``api_server_count`` API servers."""
+        usage = self.cpu.usage(now, self.options.data_parallel_size)
+        roles = [{"role": "engine_core", "index": rank, "cpu_pct": pct}
+                 for rank, pct in enumerate(usage["engine_core"])]  # type: ignore[arg-type]
+        roles += [{"role": "api_server", "index": i, "cpu_pct": usage["api_server"]}
+                  for i in range(max(1, self.options.api_server_count))]
+        return {"processes": roles, "cpus": self.cpus,
+                "cpu_throttled_pct": usage["throttled_pct"]}
+
+
+def _affinity() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))  # the supervisor binds it; Linux only
+    except AttributeError:
+        return list(range(os.cpu_count() or 1))
+
+
+def _cgroup_quota() -> float | None:
+    try:
+        return CgroupThrottle("self", warn=lambda _: None).limit_cores()
+    except Exception:  # no cgroup v2, unreadable: no quota known
+        return None
 
 
 def _completion(model: str, request: Request) -> dict[str, Any]:
@@ -360,88 +414,16 @@ def start(options: SimOptions, clock: Callable[[], float] = time.monotonic) -> R
     return RunningServer(sim, SimHttpServer(sim, options.host, options.port))
 
 
-def _parser() -> argparse.ArgumentParser:
-    # No abbreviations: a real vLLM flag must never be read as a prefix of one of ours.
-    p = argparse.ArgumentParser(prog="python -m agents.sim.vllm_server", allow_abbrev=False,
-                                description="A simulated vLLM 0.33 OpenAI-compatible server.")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--model", default=EngineConfig.model)
-    for flags, kind, default in (
-            (("--max-num-seqs",), int, 256), (("--max-num-batched-tokens",), int, 8192),
-            (("--gpu-memory-utilization",), float, 0.9),
-            (("--tensor-parallel-size", "-tp"), int, 1),
-            (("--data-parallel-size", "-dp"), int, 1), (("--block-size",), int, 16),
-            (("--max-model-len",), int, 8192), (("--gpu-mem-bytes",), int, 80 * GIB),
-            (("--load",), float, 4.0), (("--seed",), int, None),
-            (("--startup-seconds",), float, 0.0)):
-        p.add_argument(*flags, type=kind, default=default)
-    p.add_argument("--gpu-indices", default=None,
-                   help='the simulated GPUs, e.g. "0,1" (default: CUDA_VISIBLE_DEVICES)')
-    p.add_argument("--drain-seconds", type=float, default=30.0,
-                   help="simulation only: on SIGTERM, how long running requests may finish")
-    return p
+def __getattr__(name: str) -> Any:
+    """The command line lives in vllm_cli; ``from vllm_server import main`` still works."""
+    if name in ("main", "parse_args", "parse_known"):
+        from agents.sim import vllm_cli
 
-
-def parse_known(argv: Sequence[str]) -> tuple[SimOptions, list[str]]:
-    """The options, and the flags of `vllm serve` the simulation accepts but does not model."""
-    a, extras = _parser().parse_known_args(argv)
-    engine = EngineConfig(a.model, a.max_num_seqs, a.max_num_batched_tokens,
-                          a.gpu_memory_utilization, a.tensor_parallel_size, a.block_size,
-                          a.max_model_len, a.gpu_mem_bytes)
-    # The supervisor chooses a process's GPUs with CUDA_VISIBLE_DEVICES, as for real vLLM
-    # (indices only: a real host's GPU UUIDs there mean nothing to the simulated GPUs).
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    indices = a.gpu_indices or (visible if visible.replace(",", "").isdigit() else None)
-    gpus = None if indices is None else [int(i) for i in indices.split(",") if i]
-    options = SimOptions(engine, a.host, a.port, a.data_parallel_size, gpus, a.load, a.seed,
-                         a.startup_seconds, a.drain_seconds)
-    return options, _flag_names(extras)
-
-
-def _flag_names(extras: Sequence[str]) -> list[str]:
-    """"--enforce-eager", "--dtype=half", "-O3" -> names; values ("half", "-1") are skipped."""
-    return [arg.split("=", 1)[0] for arg in extras
-            if arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit()
-            and arg[1] != "."]
-
-
-def parse_args(argv: Sequence[str]) -> SimOptions:
-    return parse_known(argv)[0]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    options, ignored = parse_known(sys.argv[1:] if argv is None else argv)
-    try:
-        server = start(options)
-    except (ValueError, OSError) as exc:
-        print(f"pitwall-sim vllm: error: {exc}", file=sys.stderr)
-        return 1
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    print(f"pitwall-sim vllm: {options.engine.model} on http://{options.host}:{server.port} "
-          f"(simulated, {options.data_parallel_size} engine(s), "
-          f"{options.engine.num_gpu_blocks} KV blocks)", file=sys.stderr, flush=True)
-    if ignored:  # after the banner: readers take the first line as the address
-        print(f"pitwall-sim vllm: not simulated, ignored: {' '.join(ignored)}",
-              file=sys.stderr, flush=True)
-    try:
-        while not stop.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        server.close()
-        return 0
-    _drain(server, options.drain_seconds)
-    server.close()
-    return 0
-
-
-def _drain(server: RunningServer, timeout_s: float) -> None:
-    print("pitwall-sim vllm: SIGTERM, draining", file=sys.stderr, flush=True)
-    if not server.drain(timeout_s):
-        print(f"pitwall-sim vllm: requests still running after {timeout_s:g} s; exiting",
-              file=sys.stderr, flush=True)
+        return getattr(vllm_cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":
+    from agents.sim.vllm_cli import main
+
     sys.exit(main())

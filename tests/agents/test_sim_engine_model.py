@@ -163,3 +163,47 @@ def test_model_size_is_read_from_the_model_name():
     assert params_from_model_name("HuggingFaceTB/SmolLM2-135M") == 135e6
     assert params_from_model_name("mistralai/Mixtral-8x7B-v0.1") == 56e9
     assert params_from_model_name("some/unnamed-model") == 8e9
+
+
+def test_coasting_gives_the_same_requests_and_metrics_as_stepping_one_by_one():
+    def run(coast: bool) -> Recorder:
+        sink = Recorder()
+        engine = EngineModel(EngineConfig(), load=SyntheticLoad(6.0, 8192, seed=5), sink=sink)
+        if not coast:
+            engine._coast = lambda until: False  # type: ignore[method-assign]
+        for t in range(1, 121):
+            engine.advance(float(t))
+        return sink
+
+    fast, slow = run(True), run(False)
+    flat = lambda sink: [x for r in sink.finished  # noqa: E731
+                         for x in (r.arrival, r.first_token_ts, r.finished_ts, r.generated)]
+    assert flat(fast) == pytest.approx(flat(slow))
+    assert fast.total("generation_tokens") == slow.total("generation_tokens")
+    itls = lambda sink: sum(len(s.itls) + sum(n for _, n in s.itl_runs)  # noqa: E731
+                            for s in sink.steps)
+    assert itls(fast) == itls(slow)
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_of_at_most_max_num_batched_tokens():
+    # vLLM V1: running requests first, then waiting ones, all within the token budget.
+    sink = Recorder()
+    engine = EngineModel(EngineConfig(max_num_batched_tokens=1024), sink=sink)
+    engine.submit(RequestSpec(prompt_tokens=5000, max_tokens=4, output_tokens=4), 0.0)
+    engine.advance(10.0)
+    assert max(step.tokens for step in sink.steps) <= 1024
+    assert [step.tokens for step in sink.steps[:5]] == [1024, 1024, 1024, 1024, 904]
+    assert sink.steps[4].ttfts and not any(step.ttfts for step in sink.steps[:4])
+
+
+def test_preemption_takes_the_newest_running_request_and_requeues_it_first():
+    # vLLM V1 (FCFS): the victim is running.pop(), put back at the front of the queue.
+    config = EngineConfig(gpu_mem_bytes=24 * GIB, gpu_memory_utilization=0.8)
+    engine = EngineModel(config)
+    requests = [engine.submit(RequestSpec(1000, 3000, 3000), 0.0) for _ in range(20)]
+    while not any(r.preemptions for r in requests):
+        engine.advance(engine.now + 0.5)
+    victims = [r for r in requests if r.preemptions]
+    running = engine.running
+    assert all(requests.index(v) > requests.index(r) for v in victims for r in running)
+    assert engine.waiting[0] is victims[-1] or engine.waiting[0] in victims

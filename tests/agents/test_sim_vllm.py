@@ -23,7 +23,8 @@ SAMPLE = "v1-synthetic-vllm-0.33.0.txt"
 SAMPLE_DP2 = "v1-synthetic-vllm-0.33.0-dp2.txt"
 STATE_KEYS = {"simulated", "pid", "gpu_indices", "gpu_memory_utilization",
               "weights_bytes_per_gpu", "kv_cache_usage", "busy_fraction", "requests_running",
-              "requests_waiting"}
+              "requests_waiting",
+              "processes", "cpus", "cpu_throttled_pct"}
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -1,0 +1,112 @@
+"""The command line of the simulated vLLM: ``vllm serve``'s flags, plus a few of its own.
+
+    python -m agents.sim.vllm_server --port 8001 --model Qwen/Qwen3-8B --load 4
+
+Flags the simulation models change it; every other flag of ``vllm serve`` is accepted and
+named once on stderr as ignored, so the agent's supervisor can start it with the argv it would
+give the real server. Flags of the simulation only (real vLLM has none): ``--load``,
+``--seed``, ``--startup-seconds``, ``--drain-seconds``, ``--gpu-indices``, ``--gpu-mem-bytes``,
+``--cpu-contention`` and ``--cpu-quota``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from agents.sim.engine_model import GIB, EngineConfig
+from agents.sim.vllm_server import RunningServer, SimOptions, start
+
+
+def _parser() -> argparse.ArgumentParser:
+    # No abbreviations: a real vLLM flag must never be read as a prefix of one of ours.
+    p = argparse.ArgumentParser(prog="python -m agents.sim.vllm_server", allow_abbrev=False,
+                                description="A simulated vLLM 0.33 OpenAI-compatible server.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", default=EngineConfig.model)
+    for flags, kind, default in (
+            (("--max-num-seqs",), int, 256), (("--max-num-batched-tokens",), int, 8192),
+            (("--gpu-memory-utilization",), float, 0.9),
+            (("--tensor-parallel-size", "-tp"), int, 1),
+            (("--data-parallel-size", "-dp"), int, 1), (("--block-size",), int, 16),
+            (("--max-model-len",), int, 8192), (("--gpu-mem-bytes",), int, 80 * GIB),
+            (("--load",), float, 4.0), (("--seed",), int, None),
+            (("--startup-seconds",), float, 0.0), (("--api-server-count", "-asc"), int, 1)):
+        p.add_argument(*flags, type=kind, default=default)
+    p.add_argument("--gpu-indices", default=None,
+                   help='the simulated GPUs, e.g. "0,1" (default: CUDA_VISIBLE_DEVICES)')
+    p.add_argument("--cpu-contention", type=float, default=0.0,
+                   help="simulation only: the share (0-1) of this process's CPUs other work "
+                        "takes")
+    p.add_argument("--cpu-quota", type=float, default=None,
+                   help="simulation only: a cgroup CPU quota in cores (default: the real "
+                        "cgroup's, if it has one)")
+    p.add_argument("--drain-seconds", type=float, default=30.0,
+                   help="simulation only: on SIGTERM, how long running requests may finish")
+    return p
+
+
+def parse_known(argv: Sequence[str]) -> tuple[SimOptions, list[str]]:
+    """The options, and the flags of `vllm serve` the simulation accepts but does not model."""
+    a, extras = _parser().parse_known_args(argv)
+    engine = EngineConfig(a.model, a.max_num_seqs, a.max_num_batched_tokens,
+                          a.gpu_memory_utilization, a.tensor_parallel_size, a.block_size,
+                          a.max_model_len, a.gpu_mem_bytes)
+    # The supervisor chooses a process's GPUs with CUDA_VISIBLE_DEVICES, as for real vLLM
+    # (indices only: a real host's GPU UUIDs there mean nothing to the simulated GPUs).
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    indices = a.gpu_indices or (visible if visible.replace(",", "").isdigit() else None)
+    gpus = None if indices is None else [int(i) for i in indices.split(",") if i]
+    options = SimOptions(engine, a.host, a.port, a.data_parallel_size, gpus, a.load, a.seed,
+                         a.startup_seconds, a.drain_seconds, api_server_count=a.api_server_count,
+                         cpu_contention=a.cpu_contention, cpu_quota=a.cpu_quota)
+    return options, _flag_names(extras)
+
+
+def _flag_names(extras: Sequence[str]) -> list[str]:
+    """"--enforce-eager", "--dtype=half", "-O3" -> names; values ("half", "-1") are skipped."""
+    return [arg.split("=", 1)[0] for arg in extras
+            if arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit()
+            and arg[1] != "."]
+
+
+def parse_args(argv: Sequence[str]) -> SimOptions:
+    return parse_known(argv)[0]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options, ignored = parse_known(sys.argv[1:] if argv is None else argv)
+    try:
+        server = start(options)
+    except (ValueError, OSError) as exc:
+        print(f"pitwall-sim vllm: error: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"pitwall-sim vllm: {options.engine.model} on http://{options.host}:{server.port} "
+          f"(simulated, {options.data_parallel_size} engine(s), "
+          f"{options.engine.num_gpu_blocks} KV blocks)", file=sys.stderr, flush=True)
+    if ignored:  # after the banner: readers take the first line as the address
+        print(f"pitwall-sim vllm: not simulated, ignored: {' '.join(ignored)}",
+              file=sys.stderr, flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        server.close()
+        return 0
+    _drain(server, options.drain_seconds)
+    server.close()
+    return 0
+
+
+def _drain(server: RunningServer, timeout_s: float) -> None:
+    print("pitwall-sim vllm: SIGTERM, draining", file=sys.stderr, flush=True)
+    if not server.drain(timeout_s):
+        print(f"pitwall-sim vllm: requests still running after {timeout_s:g} s; exiting",
+              file=sys.stderr, flush=True)

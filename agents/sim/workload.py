@@ -1,0 +1,63 @@
+"""Synthetic traffic for the simulated vLLM: Poisson arrivals, lengths from a seeded mix.
+
+A mix is a tuple of workloads, each (weight, prompt median, sigma, output median, sigma,
+P(shared prefix), shared share of the prompt), with lognormal lengths as in the public
+chat/RAG traces. ``MIXES`` names the ones the scenarios use.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+Workload = tuple[float, int, float, int, float, float, tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    prompt_tokens: int
+    max_tokens: int
+    output_tokens: int  # where generation would stop by itself ("stop"), if under max_tokens
+    cached_tokens: int = 0  # prompt prefix the prefix cache holds (a shared system prompt)
+
+
+CHAT: tuple[Workload, ...] = (
+    (0.60, 700, 0.9, 220, 0.8, 0.8, (0.3, 0.7)),  # chat: system prompts shared
+    (0.25, 2800, 0.6, 160, 0.6, 0.3, (0.05, 0.3)),  # RAG / summaries: long prompts
+    (0.15, 450, 0.8, 650, 0.7, 0.6, (0.4, 0.9)),  # code: long outputs
+)
+# Retrieval-heavy traffic: prompts of several thousand tokens, short answers, little reuse.
+LONG_PROMPTS: tuple[Workload, ...] = (
+    (0.7, 6000, 0.5, 180, 0.5, 0.1, (0.05, 0.2)),
+    (0.3, 1500, 0.6, 250, 0.6, 0.3, (0.1, 0.4)),
+)
+MIXES: dict[str, tuple[Workload, ...]] = {"chat": CHAT, "long_prompts": LONG_PROMPTS}
+_MAX_TOKENS = (256, 512, 1024, 2048)
+
+
+class SyntheticLoad:
+    """Poisson arrivals at ``rate`` requests/s, lengths drawn from the seeded mix."""
+
+    def __init__(self, rate: float, max_model_len: int, seed: int | None = None,
+                 mix: tuple[Workload, ...] = CHAT) -> None:
+        self.rate = rate
+        self.max_model_len = max_model_len
+        self.rng = random.Random(seed)
+        self.mix = mix
+        self._weights = [w[0] for w in mix]
+
+    def next_after(self, t: float) -> tuple[float, RequestSpec]:
+        gap = self.rng.expovariate(self.rate) if self.rate > 0 else math.inf
+        return t + gap, self.draw()
+
+    def draw(self) -> RequestSpec:
+        rng = self.rng
+        _, p_med, p_sig, o_med, o_sig, p_shared, (lo, hi) = rng.choices(
+            self.mix, self._weights)[0]
+        prompt = min(max(1, int(rng.lognormvariate(math.log(p_med), p_sig))),
+                     self.max_model_len - 1)
+        max_tokens = min(rng.choice(_MAX_TOKENS), self.max_model_len - prompt)
+        output = max(1, int(rng.lognormvariate(math.log(o_med), o_sig)))
+        cached = int(prompt * rng.uniform(lo, hi)) if rng.random() < p_shared else 0
+        return RequestSpec(prompt, max_tokens, output, cached)
