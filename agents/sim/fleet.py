@@ -1,7 +1,9 @@
-"""A simulated fleet: per host, one simulated vLLM server and one real agent process.
+"""A simulated fleet: per host, one real agent process and the simulated vLLM it serves.
 
 Everything here is simulated except the agent, which is the real agent code streaming over
-HTTP to the control plane. Used by ``make run`` and the end-to-end tests.
+HTTP to the control plane. With ``--supervise`` each agent runs the deployments the control
+plane assigns to its host (the simulated vLLM takes ``vllm serve``'s flags), as ``make run``
+does; without it each host gets one simulated vLLM started here, which the agent only scrapes.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ def engine_argv(port: int, gpus: int, seed: int, load: float) -> list[str]:
             "--max-num-seqs", "128", "--load", str(load), "--seed", str(seed)]
 
 
-def agent_argv(hostname: str, port: int, gpus: int, server: str, token_file: Path,
+def agent_argv(hostname: str, port: int | None, gpus: int, server: str, token_file: Path,
                spool_dir: Path, interval: float) -> list[str]:
+    """``port``: the simulated vLLM to scrape; None: supervise the host's deployments."""
+    engines = (["--supervise"] if port is None
+               else ["--vllm-metrics-url", f"http://127.0.0.1:{port}/metrics"])
     return [sys.executable, "-m", "agents", "run", "--server", server,
             "--token-file", str(token_file), "--hostname", hostname, "--gpu-backend", "sim",
-            "--sim-gpus", str(gpus), "--vllm-metrics-url", f"http://127.0.0.1:{port}/metrics",
-            "--spool-dir", str(spool_dir), "--interval", str(interval)]
+            "--sim-gpus", str(gpus), *engines, "--spool-dir", str(spool_dir),
+            "--interval", str(interval)]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -48,6 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--base-port", type=int, default=BASE_PORT)
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--load", type=float, default=4.0, help="requests/s per engine")
+    parser.add_argument("--supervise", action="store_true",
+                        help="agents run the deployments the control plane assigns (no "
+                             "simulated vLLM started here)")
     return parser.parse_args(argv)
 
 
@@ -60,10 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         if not token_file.exists():
             print(f"sim fleet: no token file {token_file}", file=sys.stderr)
             return 2
-        children.append(Child(f"simulated vLLM {hostname}",
-                              engine_argv(port, args.gpus, i, args.load)))
+        if not args.supervise:
+            children.append(Child(f"simulated vLLM {hostname}",
+                                  engine_argv(port, args.gpus, i, args.load)))
         children.append(Child(f"agent {hostname}", agent_argv(
-            hostname, port, args.gpus, args.server, token_file,
+            hostname, None if args.supervise else port, args.gpus, args.server, token_file,
             args.state_dir / "spool" / hostname, args.interval)))
     stack = Stack(children, log=lambda message: print(f"sim fleet: {message}", file=sys.stderr))
     stack.start()

@@ -6,7 +6,10 @@ Flags the simulation models change it; every other flag of ``vllm serve`` is acc
 named once on stderr as ignored, so the agent's supervisor can start it with the argv it would
 give the real server. Flags of the simulation only (real vLLM has none): ``--load``,
 ``--seed``, ``--startup-seconds``, ``--drain-seconds``, ``--gpu-indices``, ``--gpu-mem-bytes``,
-``--cpu-contention`` and ``--cpu-quota``.
+``--cpu-contention`` and ``--cpu-quota``. A deployment run by the agent's supervisor passes
+vLLM's flags only, so the knobs of the load also come from its environment:
+``PITWALL_SIM_LOAD`` (requests/s), ``PITWALL_SIM_SEED`` and ``PITWALL_SIM_CPU_CONTENTION``; a
+flag wins over the variable.
 """
 
 from __future__ import annotations
@@ -22,6 +25,18 @@ from agents.sim.engine_model import GIB, EngineConfig
 from agents.sim.vllm_server import RunningServer, SimOptions, start
 
 
+def _env(name: str, kind: type, default):
+    """A default from the environment; a malformed value is an error, not a silent default."""
+    text = os.environ.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise SystemExit(f"pitwall-sim vllm: error: {name}={text!r} is not a "
+                         f"{kind.__name__}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     # No abbreviations: a real vLLM flag must never be read as a prefix of one of ours.
     p = argparse.ArgumentParser(prog="python -m agents.sim.vllm_server", allow_abbrev=False,
@@ -35,12 +50,14 @@ def _parser() -> argparse.ArgumentParser:
             (("--tensor-parallel-size", "-tp"), int, 1),
             (("--data-parallel-size", "-dp"), int, 1), (("--block-size",), int, 16),
             (("--max-model-len",), int, 8192), (("--gpu-mem-bytes",), int, 80 * GIB),
-            (("--load",), float, 4.0), (("--seed",), int, None),
+            (("--load",), float, _env("PITWALL_SIM_LOAD", float, 4.0)),
+            (("--seed",), int, _env("PITWALL_SIM_SEED", int, None)),
             (("--startup-seconds",), float, 0.0), (("--api-server-count", "-asc"), int, 1)):
         p.add_argument(*flags, type=kind, default=default)
     p.add_argument("--gpu-indices", default=None,
                    help='the simulated GPUs, e.g. "0,1" (default: CUDA_VISIBLE_DEVICES)')
-    p.add_argument("--cpu-contention", type=float, default=0.0,
+    p.add_argument("--cpu-contention", type=float,
+                   default=_env("PITWALL_SIM_CPU_CONTENTION", float, 0.0),
                    help="simulation only: the share (0-1) of this process's CPUs other work "
                         "takes")
     p.add_argument("--cpu-quota", type=float, default=None,

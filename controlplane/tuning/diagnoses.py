@@ -113,9 +113,12 @@ def _free_gpu_fraction(facts: Facts) -> float | None:
 # -- 1. KV pressure -----------------------------------------------------------------------
 
 
+def _kv_pressed(facts: Facts) -> bool:
+    return (facts.kv_avg or 0) >= KV_HIGH and (facts.preemptions_per_s or 0) >= PREEMPTING
+
+
 def kv_pressure(facts: Facts) -> Finding | None:
-    if not _enough(facts) or (facts.kv_avg or 0) < KV_HIGH \
-            or (facts.preemptions_per_s or 0) < PREEMPTING:
+    if not _enough(facts) or not _kv_pressed(facts):
         return None
     gmu, seqs = float(arg(facts, "gpu_memory_utilization", DEFAULT_GMU)), \
         int(arg(facts, "max_num_seqs", DEFAULT_MAX_NUM_SEQS))
@@ -213,6 +216,10 @@ def prefill_itl(facts: Facts) -> Finding | None:
     if not _enough(facts) or facts.itl_p99 is None or facts.itl_p99 <= itl_slo \
             or (facts.prompt_tps or 0) <= 0:
         return None
+    # Recompute after preemptions and steps stretched by a starved CPU raise ITL too: their
+    # own diagnoses say what to change; smaller prefill chunks would not help.
+    if _kv_pressed(facts) or _starved(facts):
+        return None
     tokens = int(arg(facts, "max_num_batched_tokens", DEFAULT_BATCHED_TOKENS))
     proposed = max(MIN_BATCHED_TOKENS, int(arg(facts, "max_num_seqs",
                                                DEFAULT_MAX_NUM_SEQS)), tokens // 2)
@@ -235,12 +242,20 @@ def prefill_itl(facts: Facts) -> Finding | None:
 # -- 4. CPU starvation --------------------------------------------------------------------
 
 
+def _starved(facts: Facts) -> bool:
+    """The CPU holds the GPU back: a process at a full core or the cgroup throttling, while
+    the GPUs wait with work to do."""
+    starved = ((facts.busiest_process_pct or 0) >= CORE_PINNED
+               or (facts.throttled_pct or 0) >= THROTTLED)
+    busy = (facts.running_avg or 0) >= 1 or (facts.waiting_avg or 0) > 0
+    util = facts.gpu_util_avg
+    return starved and busy and util is not None and util < GPU_BUSY
+
+
 def cpu_starvation(facts: Facts) -> Finding | None:
     pinned, throttled, util = facts.busiest_process_pct, facts.throttled_pct, \
         facts.gpu_util_avg
-    starved = (pinned or 0) >= CORE_PINNED or (throttled or 0) >= THROTTLED
-    busy = (facts.running_avg or 0) >= 1 or (facts.waiting_avg or 0) > 0
-    if not _enough(facts) or not starved or util is None or util >= GPU_BUSY or not busy:
+    if not _enough(facts) or not _starved(facts) or util is None:
         return None
     d = facts.deployment
     current = list(d.cpus) if d.cpus else None

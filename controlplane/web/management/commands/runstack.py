@@ -1,12 +1,22 @@
 import os
+import time
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agents import vllm_args
 from agents.children import Child, Stack, python
-from controlplane.fleet.models import AgentToken
+from agents.sim.fleet import BASE_PORT, host_name
+from controlplane.fleet import deployments
+from controlplane.fleet.models import AgentToken, Deployment, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token
+
+INVENTORY_WAIT_S = 60.0
+# The demo fleet's deployments: most are healthy; two are mis-tuned on purpose so the Tuning
+# page has something to say after its first 10-minute window (docs/tuning.md).
+DEMO_ARGS = {2: {"max_num_seqs": 8}, 3: {"gpu_memory_utilization": 0.35, "max_num_seqs": 256}}
+DEMO_LOAD = {2: 12.0, 3: 12.0}
 
 
 class Command(BaseCommand):
@@ -48,8 +58,9 @@ class Command(BaseCommand):
             stack.children.append(Child("simulated-fleet", [
                 python(), "-m", "agents.sim", "fleet", "--hosts", str(opts["sim_hosts"]),
                 "--gpus", str(opts["sim_gpus"]), "--server", url, "--token-dir", str(token_dir),
-                "--state-dir", str(var / "sim-fleet")]))
+                "--state-dir", str(var / "sim-fleet"), "--supervise"]))
             stack.start()
+            self._demo_deployments(opts["sim_hosts"], opts["sim_gpus"])
         self._banner(url, opts["sim_hosts"], opts["sim_gpus"])
         raise SystemExit(stack.supervise())
 
@@ -68,6 +79,34 @@ class Command(BaseCommand):
             path.write_text(token)
         return token_dir
 
+    def _demo_deployments(self, hosts: int, gpus: int) -> None:
+        """One deployment per simulated host, once its agent has reported its GPUs (a
+        deployment names GPUs the host has); an existing one is left as the operator left it."""
+        deadline = time.monotonic() + INVENTORY_WAIT_S
+        pending = list(range(1, hosts + 1))
+        while pending and time.monotonic() < deadline:
+            pending = [i for i in pending if not self._demo_deployment(i, gpus)]
+            if pending:
+                time.sleep(1.0)
+        for i in pending:
+            self.stderr.write(f"pitwall: {host_name(i)} reported no GPUs in "
+                              f"{INVENTORY_WAIT_S:.0f} s: no deployment created for it")
+
+    def _demo_deployment(self, i: int, gpus: int) -> bool:
+        host = Host.objects.filter(hostname=host_name(i)).first()
+        if host is None or Gpu.objects.filter(host=host, present=True).count() < gpus:
+            return False
+        if Deployment.objects.filter(host=host).exists():
+            return True
+        args = {"tensor_parallel_size": gpus, "max_num_seqs": 128, **DEMO_ARGS.get(i, {})}
+        deployments.save(Deployment(
+            host=host, name="llama-70b", model="meta-llama/Llama-3.1-70B-Instruct",
+            port=BASE_PORT + i, gpu_indices=list(range(gpus)), args=args,
+            vllm_version=vllm_args.DEFAULT_VERSION,
+            env={"PITWALL_SIM_LOAD": str(DEMO_LOAD.get(i, 4.0)), "PITWALL_SIM_SEED": str(i)},
+            drain_timeout_s=10), reason="make run: the simulated fleet's demo deployment")
+        return True
+
     def _banner(self, url: str, hosts: int, gpus: int) -> None:
         lines = [
             "",
@@ -75,7 +114,8 @@ class Command(BaseCommand):
             "  Log in as: admin (password: PITWALL_ADMIN_PASSWORD, or the one printed when the "
             "admin user was created)",
             f"  API docs:  {url}/api/v1/docs/",
-            f"  Simulated fleet: {hosts} hosts x {gpus} simulated GPUs, one simulated vLLM each",
+            f"  Simulated fleet: {hosts} hosts x {gpus} simulated GPUs; each agent runs its "
+            f"host's deployment (a simulated vLLM): {url}/deployments/",
             "  Ctrl-C stops every process.",
             "",
         ]
