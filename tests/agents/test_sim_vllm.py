@@ -264,3 +264,21 @@ def test_the_simulated_gpus_default_to_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     assert parse_args([]).gpu_indices == [2, 3]
     assert parse_args(["--gpu-indices", "5"]).gpu_indices == [5]
+
+
+def test_the_load_and_seed_come_from_the_environment_when_no_flag_gives_them(monkeypatch):
+    from agents.sim.vllm_cli import parse_args
+
+    monkeypatch.setenv("PITWALL_SIM_LOAD", "12.5")
+    monkeypatch.setenv("PITWALL_SIM_SEED", "7")
+    options = parse_args(["--model", "m"])
+    assert (options.load, options.seed) == (12.5, 7)
+    assert parse_args(["--load", "2"]).load == 2.0  # a flag wins
+
+
+def test_a_malformed_environment_knob_is_an_error(monkeypatch):
+    from agents.sim.vllm_cli import parse_args
+
+    monkeypatch.setenv("PITWALL_SIM_LOAD", "lots")
+    with pytest.raises(SystemExit, match="PITWALL_SIM_LOAD"):
+        parse_args([])
