@@ -16,7 +16,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning lint install preflight clean
+.PHONY: run test bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -61,7 +61,7 @@ run: preflight
 test: preflight $(CHROMIUM)
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest
 
-bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning
+bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset
 
 bench-ingest: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
@@ -86,6 +86,9 @@ bench-alerts-onset: preflight
 
 bench-tuning: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.tuning_pass
+
+bench-tuning-onset: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.tuning_onset
 
 bench-pk: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.pk_order

@@ -23,7 +23,7 @@ from controlplane.tuning.facts import Facts
 from controlplane.tuning.models import Kind
 
 GIB = 1 << 30
-MIN_MINUTES = 5  # of data in the window before anything is judged
+MIN_MINUTES = 5  # of data in a long window before anything is judged (half a short one)
 KV_HIGH = 0.90  # average KV-cache usage that leaves no room for bursts
 PREEMPTING = 0.1  # preemptions/s: recompute wasted on a steady basis
 KV_HEADROOM = 0.75  # peak KV usage under which more sequences fit
@@ -31,6 +31,7 @@ QUEUED_SHARE = 0.5  # of minutes with requests waiting throughout
 GPU_BUSY = 85.0  # % GPU utilisation under which the GPU waits for something
 CORE_PINNED = 90.0  # % of one core: vLLM's engine loop is single-threaded
 THROTTLED = 10.0  # % of the time the cgroup throttled the host's CPUs
+WAITING = 0.5  # requests waiting on average: work the GPU could be doing
 FOREIGN_MIN = 1 * GIB  # GPU memory beyond the engine's share worth a word
 FOREIGN_CEILING = 0.95  # vLLM's share plus the foreign memory: at most this of the GPU
 DEFAULT_GMU = 0.9  # vLLM's gpu_memory_utilization when not given
@@ -95,7 +96,9 @@ def change(field_: str, current: Any, proposed: Any) -> dict[str, Any]:
 
 
 def _enough(facts: Facts) -> bool:
-    return facts.minutes >= MIN_MINUTES
+    """Data for most of the window (at least MIN_MINUTES of a long one)."""
+    window = (facts.end - facts.start).total_seconds() / 60
+    return facts.minutes >= max(1, min(MIN_MINUTES, window / 2))
 
 
 def _sustained(share: float | None) -> float:
@@ -191,8 +194,8 @@ def prefill_ttft(facts: Facts) -> Finding | None:
     ttft_slo, itl_slo = _objectives()
     if not _enough(facts) or facts.ttft_p99 is None or facts.itl_p99 is None \
             or facts.ttft_p99 <= ttft_slo or facts.itl_p99 > itl_slo / 2 \
-            or (facts.kv_avg or 0) >= KV_HIGH:
-        return None
+            or (facts.kv_avg or 0) >= KV_HIGH or _starved(facts):
+        return None  # a full KV cache or a starved CPU explains TTFT better
     tokens = int(arg(facts, "max_num_batched_tokens", DEFAULT_BATCHED_TOKENS))
     if tokens >= MAX_BATCHED_TOKENS:
         return None
@@ -244,12 +247,15 @@ def prefill_itl(facts: Facts) -> Finding | None:
 
 def _starved(facts: Facts) -> bool:
     """The CPU holds the GPU back: a process at a full core or the cgroup throttling, while
-    the GPUs wait with work to do."""
+    the GPUs sit below GPU_BUSY and work waits (a queue, or TTFT over its objective). A GPU
+    that is idle for want of requests is not starved: at low load vLLM's engine loop still
+    polls a full core."""
     starved = ((facts.busiest_process_pct or 0) >= CORE_PINNED
                or (facts.throttled_pct or 0) >= THROTTLED)
-    busy = (facts.running_avg or 0) >= 1 or (facts.waiting_avg or 0) > 0
+    waits = (facts.waiting_avg or 0) >= WAITING or (
+        facts.ttft_p99 is not None and facts.ttft_p99 > _objectives()[0])
     util = facts.gpu_util_avg
-    return starved and busy and util is not None and util < GPU_BUSY
+    return starved and waits and util is not None and util < GPU_BUSY
 
 
 def cpu_starvation(facts: Facts) -> Finding | None:

@@ -4,8 +4,11 @@ diagnosis meant to move (its target) and on what must not get worse (the guards)
 The before-window ends when the change was accepted; the after-window starts
 ``TUNING_SETTLE_S`` after the agent reported the new revision ready (caches warm, queues drain)
 and has the same length. Verdicts: ``improved`` when the target moved the right way by at least
-``MOVED`` and no guard got worse by ``GUARD``; ``regressed`` when the target moved the wrong way
-by ``MOVED`` or a guard got worse by ``GUARD``; ``unchanged`` otherwise. Load that changed
+``MOVED`` and no guard got worse past its limit (``GUARDS``: throughput may not fall by a fifth;
+a latency may not grow by half, unless the other latency improved by more: more sequences per
+step lengthen each step and shorten the queue, and that trade is often what the change was
+for); ``regressed`` when the target moved the wrong way by ``MOVED`` or a guard passed its
+limit; ``unchanged`` otherwise. Load that changed
 between the windows moves these numbers too: the figures are shown so an operator can judge.
 """
 
@@ -20,7 +23,6 @@ from controlplane.tuning.facts import Facts, gather
 from controlplane.tuning.models import Kind, State, Suggestion
 
 MOVED = 0.10
-GUARD = 0.20
 # metric -> (Facts attribute, +1 when higher is better, -1 when lower is)
 METRICS = {
     "generation_tokens_per_s": ("generation_tps", +1),
@@ -36,7 +38,10 @@ TARGET = {
     Kind.PREFILL_TTFT: "ttft_p99_s", Kind.PREFILL_ITL: "itl_p99_s",
     Kind.CPU_STARVATION: "gpu_util_pct", Kind.NUMA_MISMATCH: "itl_p99_s",
 }
-GUARDS = ("generation_tokens_per_s", "ttft_p99_s", "itl_p99_s", "preemptions_per_s")
+# metric -> how much worse (relative) it may get before the change counts as a regression
+GUARDS = {"generation_tokens_per_s": 0.20, "ttft_p99_s": 0.50, "itl_p99_s": 0.50,
+          "preemptions_per_s": 0.50}
+LATENCY_PAIR = {"ttft_p99_s": "itl_p99_s", "itl_p99_s": "ttft_p99_s"}
 
 
 def windows(s: Suggestion) -> tuple[tuple[datetime, datetime], tuple[datetime, datetime]]:
@@ -89,8 +94,9 @@ def change_of(name: str, before: dict, after: dict) -> float | None:
 def judge(kind: str, before: dict, after: dict) -> tuple[str, str]:
     target = TARGET.get(kind)
     moved = change_of(target, before, after) if target else None
-    worse = [g for g in GUARDS if g != target
-             and (c := change_of(g, before, after)) is not None and c <= -GUARD]
+    worse = [g for g, limit in GUARDS.items() if g != target
+             and (c := change_of(g, before, after)) is not None and c <= -limit
+             and not _traded(g, c, before, after)]
     summary = "; ".join(_line(name, before, after) for name in METRICS
                         if before.get(name) is not None or after.get(name) is not None)
     if (moved is not None and moved <= -MOVED) or worse:
@@ -98,6 +104,14 @@ def judge(kind: str, before: dict, after: dict) -> tuple[str, str]:
     if moved is not None and moved >= MOVED:
         return State.IMPROVED, summary
     return State.UNCHANGED, summary
+
+
+def _traded(guard: str, change: float, before: dict, after: dict) -> bool:
+    """One latency worse, the other better by more: the trade the change was made for (more
+    sequences per step: a longer step, a shorter queue)."""
+    other = LATENCY_PAIR.get(guard)
+    gain = change_of(other, before, after) if other else None
+    return gain is not None and gain >= -change
 
 
 def _line(name: str, before: dict, after: dict) -> str:

@@ -92,13 +92,20 @@ def test_a_process_pinned_at_a_core_while_the_gpu_idles_asks_for_cores_and_api_s
 
 
 def test_cgroup_throttling_counts_as_starvation():
-    found = only(healthy(throttled_pct=35.0, gpu_util={healthy().gpus[0].id: 70.0}))
+    found = only(healthy(throttled_pct=35.0, gpu_util={healthy().gpus[0].id: 70.0},
+                         ttft_p99=2.5))
     assert found.kind == "cpu_starvation"
     assert any(e["metric"] == "host.cpu_throttled_pct" for e in found.evidence)
 
 
 def test_a_busy_gpu_is_not_starved_by_a_busy_core():
     assert diagnose(healthy(proc_cpu={4242: 99.0})) == []
+
+
+def test_a_gpu_idle_for_want_of_requests_is_not_starved():
+    # vLLM's engine loop polls a full core even at low load; nothing waits.
+    assert diagnose(healthy(proc_cpu={4242: 99.0}, gpu_util={healthy().gpus[0].id: 12.0},
+                            throttled_pct=40.0, waiting_avg=0.0, ttft_p99=0.3)) == []
 
 
 def test_processes_on_the_other_numa_node_are_bound_to_the_gpus_node():

@@ -52,6 +52,7 @@ def test_a_deployment_page_shows_the_log_tail_the_error_and_the_revisions(signed
     assert 'data-revision="2"' in html and "KV has headroom" in html
     assert 'data-action="revert"' not in html  # read-only for an operator who is not staff
     assert f'href="/engines/{fleet.engine.pk}/"' in html  # its engine's charts
+    assert "What the engine reports" in html and "block_size" in html
 
 
 def test_an_operator_who_is_not_staff_cannot_revert(signed_in, llama):

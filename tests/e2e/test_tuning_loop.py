@@ -1,0 +1,89 @@
+"""End to end: a real agent process runs a mis-tuned deployment (a simulated vLLM whose KV
+cache is too small for its traffic); its telemetry is ingested and rolled up; a tuning pass
+suggests more GPU memory for the KV cache; an operator accepts through the API; the agent
+applies it by a graceful restart; follow-up marks it applied and verifies it on equal windows
+before and after: preemptions are gone. Windows are a minute long here (production: 10)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from controlplane.fleet.models import Deployment, Gpu, Host
+from controlplane.fleet.tokens import issue_agent_token, issue_api_token
+from controlplane.telemetry.rollups import build
+from controlplane.tuning import service
+from controlplane.tuning.models import Suggestion
+from tests.live import Process, free_port, start_server, wait_until
+
+WINDOW_S = 60
+
+
+@pytest.fixture
+def stack(empty_samples, tmp_path, settings):
+    settings.PITWALL = {**settings.PITWALL, "TUNING_WINDOW_S": WINDOW_S,
+                        "TUNING_VERIFY_WINDOW_S": WINDOW_S, "TUNING_SETTLE_S": 0,
+                        "ROLLUP_SETTLE_S": 2, "ROLLUP_INTERVAL_S": 1}
+    get_user_model().objects.create_user("lead", is_staff=True)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('lead')}")
+    token_file = tmp_path / "token"
+    token_file.write_text(issue_agent_token("tuned-host")[0])
+    port = free_port()
+    server = start_server(port, tmp_path / "server.log")
+    agent = Process([sys.executable, "-m", "agents", "run", "--server",
+                     f"http://127.0.0.1:{port}", "--token-file", str(token_file),
+                     "--hostname", "tuned-host", "--gpu-backend", "sim", "--sim-gpus", "1",
+                     "--supervise", "--interval", "1", "--spool-dir", str(tmp_path / "spool")],
+                    log=tmp_path / "agent.log")
+    yield api, agent
+    agent.stop()
+    server.stop()
+
+
+def rolled_up_pass():
+    build.catch_up()
+    return service.tuning_pass()
+
+
+def test_accept_apply_verify_through_a_real_agent(stack):
+    api, agent = stack
+    host = Host.objects.get(hostname="tuned-host")
+    wait_until(lambda: Gpu.objects.filter(host=host).exists(), 60, agent.output)
+    made = api.post("/api/v1/deployments/", {
+        "host": host.pk, "name": "llama-8b", "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "port": free_port(), "gpu_indices": [0], "vllm_version": "0.33.0",
+        "args": {"gpu_memory_utilization": 0.27}, "drain_timeout_s": 5,
+        "env": {"PITWALL_SIM_LOAD": "8", "PITWALL_SIM_SEED": "3"}}, format="json")
+    assert made.status_code == 201, made.json()
+    pk = made.json()["id"]
+    wait_until(lambda: Deployment.objects.filter(pk=pk, state="ready").exists(), 60,
+               agent.output)
+
+    # A minute of pressure, rolled up: the pass suggests the free GPU memory for the KV cache.
+    wait_until(lambda: Suggestion.objects.filter(kind="kv_pressure").exists()
+               or rolled_up_pass() and False, 240, agent.output, every=5)
+    s = Suggestion.objects.get(kind="kv_pressure")
+    assert s.changes == [{"field": "args.gpu_memory_utilization", "current": 0.27,
+                          "proposed": 0.95}], s.reasoning
+
+    accepted = api.post(f"/api/v1/suggestions/{s.pk}/accept/")
+    assert accepted.status_code == 200 and accepted.json()["revision_after"] == 2
+    wait_until(lambda: Deployment.objects.filter(pk=pk, state="ready", running_revision=2)
+               .exists(), 60, agent.output)
+    running = Deployment.objects.get(pk=pk).running_argv
+    assert running[running.index("--gpu-memory-utilization") + 1] == "0.95"
+
+    assert service.follow_up()["applied"] == 1
+    time.sleep(1)
+    s = wait_until(lambda: (build.catch_up() and False) or service.follow_up()["verified"]
+                   and Suggestion.objects.get(pk=s.pk), 240, agent.output, every=5)
+    v = s.verification
+    assert s.state == "improved", v["summary"]
+    assert v["before"]["preemptions_per_s"] > 0.1 and v["after"]["preemptions_per_s"] < 0.05
+    assert "preemptions_per_s" in v["summary"]
+    assert agent.stop() == 0 and "Traceback" not in agent.output()
