@@ -58,6 +58,17 @@ class Process:
         return self.log.read_text(errors="replace") if self.log else ""
 
 
+def sim_agent(server_port: int, token_file: Path, hostname: str, spool: Path, *, gpus: int,
+              interval: float, extra: tuple[str, ...] = (), log: Path | None = None
+              ) -> Process:
+    """The real agent, with simulated GPUs, streaming to the server on ``server_port``;
+    ``extra``: more flags (``--supervise``, ``--vllm-metrics-url URL``)."""
+    return Process([sys.executable, "-m", "agents", "run", "--server",
+                    f"http://127.0.0.1:{server_port}", "--token-file", str(token_file),
+                    "--hostname", hostname, "--gpu-backend", "sim", "--sim-gpus", str(gpus),
+                    *extra, "--interval", str(interval), "--spool-dir", str(spool)], log=log)
+
+
 def start_server(port: int, log: Path, env: dict[str, str] | None = None) -> Process:
     """uvicorn with the production ASGI app on the test database (``env``: server_env() or
     a variant of it), once it answers /healthz."""

@@ -1,4 +1,5 @@
-"""API authentication: user API tokens in ``Authorization: Bearer …``."""
+"""API authentication: ``Authorization: Bearer …`` with a user API token (the API) or an agent
+token (the agent's own endpoints). Only an HMAC of each token is stored (lib/tokens.py)."""
 
 from __future__ import annotations
 
@@ -9,30 +10,47 @@ from controlplane.fleet.models import AgentToken, ApiToken
 from controlplane.lib import tokens
 
 
-class ApiTokenAuthentication(authentication.BaseAuthentication):
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    """A Pitwall token of one kind; ``found`` turns its live row into (user, auth)."""
+
     keyword = "Bearer"
+    kind: str
+    model: type[AgentToken] | type[ApiToken]
+    name: str  # in messages: "user API token", "agent token"
 
     def authenticate(self, request):
         raw = tokens.bearer(request.META.get("HTTP_AUTHORIZATION"))
         if raw is None:
             return None
         parsed = tokens.parse(raw)
-        if parsed is None or parsed.kind != tokens.USER:
-            raise exceptions.AuthenticationFailed("not a Pitwall user API token")
-        token = (
-            ApiToken.objects.select_related("user")
-            .filter(lookup=parsed.lookup, revoked_at__isnull=True)
-            .first()
-        )
+        if parsed is None or parsed.kind != self.kind:
+            raise exceptions.AuthenticationFailed(f"not a Pitwall {self.name}")
+        token = self.rows().filter(lookup=parsed.lookup, revoked_at__isnull=True).first()
         if token is None or not tokens.matches(token.digest, parsed):
-            raise exceptions.AuthenticationFailed("unknown or revoked API token")
+            raise exceptions.AuthenticationFailed(f"unknown or revoked {self.name}")
+        return self.found(token)
+
+    def rows(self):
+        return self.model.objects.all()
+
+    def found(self, token):
+        raise NotImplementedError
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
+
+
+class ApiTokenAuthentication(BearerTokenAuthentication):
+    kind, model, name = tokens.USER, ApiToken, "user API token"
+
+    def rows(self):
+        return ApiToken.objects.select_related("user")
+
+    def found(self, token: ApiToken):
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("the token's user is inactive")
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
         return token.user, token
-
-    def authenticate_header(self, request) -> str:
-        return self.keyword
 
 
 class AgentPrincipal:
@@ -49,22 +67,10 @@ class AgentPrincipal:
         return f"agent of host {self.host_id}"
 
 
-class AgentTokenAuthentication(authentication.BaseAuthentication):
+class AgentTokenAuthentication(BearerTokenAuthentication):
     """Agent tokens on the agent's own endpoints: each reads and writes its own host only."""
 
-    keyword = "Bearer"
+    kind, model, name = tokens.AGENT, AgentToken, "agent token"
 
-    def authenticate(self, request):
-        raw = tokens.bearer(request.META.get("HTTP_AUTHORIZATION"))
-        if raw is None:
-            return None
-        parsed = tokens.parse(raw)
-        if parsed is None or parsed.kind != tokens.AGENT:
-            raise exceptions.AuthenticationFailed("not a Pitwall agent token")
-        token = AgentToken.objects.filter(lookup=parsed.lookup, revoked_at__isnull=True).first()
-        if token is None or not tokens.matches(token.digest, parsed):
-            raise exceptions.AuthenticationFailed("unknown or revoked agent token")
+    def found(self, token: AgentToken):
         return AgentPrincipal(token.host_id), token
-
-    def authenticate_header(self, request) -> str:
-        return self.keyword

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Engine, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from tests.live import Process, free_port, start_server, wait_until
+from tests.live import Process, free_port, sim_agent, start_server, wait_until
 
 
 @pytest.fixture
@@ -25,12 +25,9 @@ def stack(empty_samples, tmp_path, django_user_model):
     vllm = Process([sys.executable, "-m", "agents.sim.vllm_server", "--port", str(vllm_port),
                     "--gpu-indices", "0,1", "--tensor-parallel-size", "2", "--load", "20",
                     "--seed", "7"], log=tmp_path / "vllm.log")
-    agent = Process([sys.executable, "-m", "agents", "run", "--server",
-                     f"http://127.0.0.1:{port}", "--token-file", str(token_file),
-                     "--hostname", "e2e-host", "--gpu-backend", "sim", "--sim-gpus", "3",
-                     "--vllm-metrics-url", f"http://127.0.0.1:{vllm_port}/metrics",
-                     "--interval", "0.5", "--spool-dir", str(tmp_path / "spool")],
-                    log=tmp_path / "agent.log")
+    agent = sim_agent(port, token_file, "e2e-host", tmp_path / "spool", gpus=3, interval=0.5,
+                      extra=("--vllm-metrics-url", f"http://127.0.0.1:{vllm_port}/metrics"),
+                      log=tmp_path / "agent.log")
     yield api, agent
     agent.stop()
     vllm.stop()

@@ -4,19 +4,14 @@ in order."""
 
 from __future__ import annotations
 
-import sys
-
 from django.db import connection
 
 from controlplane.fleet.tokens import issue_agent_token
-from tests.live import Process, free_port, start_server, wait_until
+from tests.live import Process, free_port, sim_agent, start_server, wait_until
 
 
 def agent(port: int, token_file, spool, log) -> Process:
-    return Process([sys.executable, "-m", "agents", "run", "--server",
-                    f"http://127.0.0.1:{port}", "--token-file", str(token_file),
-                    "--hostname", "spool-host", "--gpu-backend", "sim", "--sim-gpus", "2",
-                    "--interval", "0.2", "--spool-dir", str(spool)], log=log)
+    return sim_agent(port, token_file, "spool-host", spool, gpus=2, interval=0.2, log=log)
 
 
 def spooled(spool) -> list:

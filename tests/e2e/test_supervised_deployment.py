@@ -5,7 +5,6 @@ engine, and stopped when deleted."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -13,7 +12,7 @@ from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from tests.live import Process, free_port, start_server, wait_until
+from tests.live import free_port, sim_agent, start_server, wait_until
 
 
 @pytest.fixture
@@ -25,11 +24,8 @@ def stack(empty_samples, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text(issue_agent_token("supervised-host")[0])
     server = start_server(port, tmp_path / "server.log")
-    agent = Process([sys.executable, "-m", "agents", "run", "--server",
-                     f"http://127.0.0.1:{port}", "--token-file", str(token_file),
-                     "--hostname", "supervised-host", "--gpu-backend", "sim", "--sim-gpus", "2",
-                     "--supervise", "--interval", "0.5", "--spool-dir", str(tmp_path / "spool")],
-                    log=tmp_path / "agent.log")
+    agent = sim_agent(port, token_file, "supervised-host", tmp_path / "spool", gpus=2,
+                      interval=0.5, extra=("--supervise",), log=tmp_path / "agent.log")
     yield api, agent
     agent.stop()
     server.stop()

@@ -6,7 +6,6 @@ before and after: preemptions are gone. Windows are a minute long here (producti
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
@@ -18,7 +17,7 @@ from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from controlplane.telemetry.rollups import build
 from controlplane.tuning import service
 from controlplane.tuning.models import Suggestion
-from tests.live import Process, free_port, start_server, wait_until
+from tests.live import free_port, sim_agent, start_server, wait_until
 
 WINDOW_S = 60
 
@@ -35,11 +34,8 @@ def stack(empty_samples, tmp_path, settings):
     token_file.write_text(issue_agent_token("tuned-host")[0])
     port = free_port()
     server = start_server(port, tmp_path / "server.log")
-    agent = Process([sys.executable, "-m", "agents", "run", "--server",
-                     f"http://127.0.0.1:{port}", "--token-file", str(token_file),
-                     "--hostname", "tuned-host", "--gpu-backend", "sim", "--sim-gpus", "1",
-                     "--supervise", "--interval", "1", "--spool-dir", str(tmp_path / "spool")],
-                    log=tmp_path / "agent.log")
+    agent = sim_agent(port, token_file, "tuned-host", tmp_path / "spool", gpus=1, interval=1,
+                      extra=("--supervise",), log=tmp_path / "agent.log")
     yield api, agent
     agent.stop()
     server.stop()

@@ -33,6 +33,15 @@ def operator(db):
 
 
 @pytest.fixture
+def lead(db) -> Client:
+    """A staff user, signed in: may change rules, channels and deployments."""
+    user = get_user_model().objects.create_user("lead", password="x", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
 def signed_in(operator) -> Client:
     client = Client()
     client.force_login(operator)

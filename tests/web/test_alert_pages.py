@@ -11,7 +11,6 @@ from datetime import timedelta
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
@@ -25,14 +24,6 @@ from tests.web.helpers import assert_sends_to_login
 
 SECRET = "whsec-page-7c1e44"
 URL_TOKEN = "T0KEN-b9d2f0"
-
-
-@pytest.fixture
-def lead(db) -> Client:
-    user = get_user_model().objects.create_user("lead", password="x", is_staff=True)
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

@@ -5,20 +5,11 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment
-
-
-@pytest.fixture
-def lead(db) -> Client:
-    user = get_user_model().objects.create_user("lead", password="x", is_staff=True)
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
