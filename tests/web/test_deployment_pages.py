@@ -100,3 +100,14 @@ def test_staff_accept_a_suggestion_from_the_page(lead, suggestion):
 
 def test_an_operator_who_is_not_staff_cannot_accept(signed_in, suggestion):
     assert signed_in.post(f"/suggestions/{suggestion.pk}/accept/").status_code == 403
+
+
+def test_the_tuning_page_lists_what_can_be_applied_before_reports(signed_in, suggestion):
+    from controlplane.tuning.models import Suggestion
+
+    Suggestion.objects.create(
+        deployment=suggestion.deployment, kind="host_readiness", revision=1, confidence=1.0,
+        severity=1, changes=[], reasoning="Below the reference host.", expected="A report.",
+        evidence=[])
+    html = signed_in.get("/suggestions/").content.decode()
+    assert html.index('data-kind="kv_pressure"') < html.index('data-kind="host_readiness"')

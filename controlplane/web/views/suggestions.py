@@ -3,6 +3,7 @@ dismiss, revert. Each deployment's page lists its own (deployments.py)."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -31,10 +32,15 @@ def annotated(suggestions) -> list[Suggestion]:
 @staff_to_change
 def suggestion_list(request: HttpRequest) -> HttpResponse:
     base = Suggestion.objects.select_related("deployment__host", "decided_by")
+    # What can be applied first (reports last), the most confident first within each.
+    open_ = sorted(annotated(base.filter(state=State.OPEN)),
+                   key=lambda s: (not s.changes, -s.confidence, -s.id))
+    conf = settings.PITWALL
     return render(request, "web/suggestions/list.html", {
-        "open": annotated(base.filter(state=State.OPEN).order_by("-confidence", "-id")),
+        "open": open_,
         "recent": annotated(base.exclude(state=State.OPEN).order_by("-updated_at")[:RECENT]),
-        "can_edit": request.user.is_staff})
+        "can_edit": request.user.is_staff, "interval_s": conf["TUNING_INTERVAL_S"],
+        "window_min": conf["TUNING_WINDOW_S"] // 60})
 
 
 @staff_to_change
