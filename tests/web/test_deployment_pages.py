@@ -86,6 +86,7 @@ def test_the_tuning_page_and_the_deployment_page_show_a_suggestion_with_its_evid
     for url in ("/suggestions/", f"/deployments/{suggestion.deployment_id}/"):
         html = signed_in.get(url).content.decode()
         assert "KV-cache pressure" in html and "0.80 preemptions/s" in html
+        assert '<td class="n">0.97</td>' in html
         assert f'href="/hosts/{suggestion.deployment.host_id}/?from=' in html
         assert 'data-action="accept"' not in html
 
@@ -111,3 +112,14 @@ def test_the_tuning_page_lists_what_can_be_applied_before_reports(signed_in, sug
         evidence=[])
     html = signed_in.get("/suggestions/").content.decode()
     assert html.index('data-kind="kv_pressure"') < html.index('data-kind="host_readiness"')
+
+
+def test_evidence_values_read_as_a_person_reads_them():
+    from controlplane.web.views.suggestions import shown
+
+    assert shown({"metric": "host.mem_total_bytes", "stat": "inventory",
+                  "value": 25280000000.0}) == "23.5 GiB"
+    assert shown({"metric": "gpu.mem_used_bytes", "stat": "avg free share",
+                  "value": 0.6438}) == "0.6438"
+    assert shown({"metric": "proc.cpu_affinity", "value": [16, 17]}) == "16, 17"
+    assert shown({"metric": "engine.itl_seconds", "value": None}) == "–"

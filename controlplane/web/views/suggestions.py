@@ -22,11 +22,22 @@ DONE = {"accept": "accepted: the agent applies it by a graceful restart",
 
 
 def annotated(suggestions) -> list[Suggestion]:
-    """Each with its evidence's chart links, for the templates."""
+    """Each with its evidence's chart links and values as a person reads them."""
     rows = list(suggestions)
     for s in rows:
-        s.linked_evidence = with_links(s.evidence)
+        s.linked_evidence = [{**e, "shown": shown(e)} for e in with_links(s.evidence)]
     return rows
+
+
+def shown(item: dict) -> str:
+    value = item.get("value")
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if not isinstance(value, int | float):
+        return "–"
+    if item.get("metric", "").endswith("_bytes") and "share" not in item.get("stat", ""):
+        return f"{value / 2**30:.1f} GiB"
+    return f"{value:g}"
 
 
 @staff_to_change
