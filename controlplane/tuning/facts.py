@@ -122,25 +122,37 @@ def _window(facts: dict[int, Facts]) -> list[datetime]:
     return [some.start, some.end]
 
 
-def _engine_stats(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
-    if not engines:
-        return
-    cte, params = _pairs(engines, "engine_id")
-    rows = _query(
-        f"WITH {cte} SELECT m.dep, count(*), avg(e.kv_cache_usage_avg), "
-        f"max(e.kv_cache_usage_max), avg(e.preemptions_per_s_avg), "
-        f"avg((e.preemptions_per_s_avg > 0.05)::int), avg(e.requests_waiting_avg), "
-        f"avg((e.requests_waiting_min > 0)::int), avg(e.requests_running_avg), "
-        f"max(e.requests_running_max), avg(e.generation_tokens_per_s_avg), "
-        f"avg(e.prompt_tokens_per_s_avg), avg(e.requests_finished_per_s_avg) "
-        f"FROM {ROLLUPS['1m']['engine'].name} e JOIN m ON m.engine_id = e.engine_id "
-        f"WHERE e.ts >= %s AND e.ts < %s AND e.up_max > 0 GROUP BY m.dep",
+def _rollup_rows(facts: dict[int, Facts], pairs: list[tuple[int, int]], key: str,
+                 entity: str, select: str, where: str = "", group: str = "1") -> list[tuple]:
+    """``m.dep, <select>`` over the window's 1-min rollups of ``entity`` (alias x), joined to
+    the deployments by ``key``; no pairs, no query."""
+    if not pairs:
+        return []
+    cte, params = _pairs(pairs, key)
+    return _query(
+        f"WITH {cte} SELECT m.dep, {select} FROM {ROLLUPS['1m'][entity].name} x "
+        f"JOIN m ON m.{key} = x.{key} WHERE x.ts >= %s AND x.ts < %s {where} GROUP BY {group}",
         params + _window(facts))
-    names = ("minutes", "kv_avg", "kv_max", "preemptions_per_s", "preempting_share",
-             "waiting_avg", "waiting_share", "running_avg", "running_max", "generation_tps",
-             "prompt_tps", "finished_per_s")
+
+
+ENGINE_STATS = {  # Facts attribute -> its aggregate over the engine's 1-min rows
+    "minutes": "count(*)", "kv_avg": "avg(x.kv_cache_usage_avg)",
+    "kv_max": "max(x.kv_cache_usage_max)", "preemptions_per_s": "avg(x.preemptions_per_s_avg)",
+    "preempting_share": "avg((x.preemptions_per_s_avg > 0.05)::int)",
+    "waiting_avg": "avg(x.requests_waiting_avg)",
+    "waiting_share": "avg((x.requests_waiting_min > 0)::int)",
+    "running_avg": "avg(x.requests_running_avg)", "running_max": "max(x.requests_running_max)",
+    "generation_tps": "avg(x.generation_tokens_per_s_avg)",
+    "prompt_tps": "avg(x.prompt_tokens_per_s_avg)",
+    "finished_per_s": "avg(x.requests_finished_per_s_avg)",
+}
+
+
+def _engine_stats(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
+    rows = _rollup_rows(facts, engines, "engine_id", "engine", ", ".join(ENGINE_STATS.values()),
+                        where="AND x.up_max > 0")
     for dep, *values in rows:
-        for name, value in zip(names, values, strict=True):
+        for name, value in zip(ENGINE_STATS, values, strict=True):
             setattr(facts[dep], name, None if value is None else float(value))
         facts[dep].minutes = int(facts[dep].minutes or 0)
 
@@ -152,12 +164,9 @@ def _latencies(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
         width = max_buckets(cursor)
     bounds = dict(HistogramLayout.objects.values_list("id", "bounds"))
     for key, attr in (("ttft_seconds", "ttft_p99"), ("itl_seconds", "itl_p99")):
-        cte, params = _pairs(engines, "engine_id")
-        rows = _query(
-            f"WITH {cte} SELECT m.dep, e.{key}_layout, {bucket_sums(f'e.{key}_counts', width)} "
-            f"FROM {ROLLUPS['1m']['engine'].name} e JOIN m ON m.engine_id = e.engine_id "
-            f"WHERE e.ts >= %s AND e.ts < %s AND e.{key}_counts IS NOT NULL GROUP BY 1, 2",
-            params + _window(facts))
+        rows = _rollup_rows(facts, engines, "engine_id", "engine",
+                            f"x.{key}_layout, {bucket_sums(f'x.{key}_counts', width)}",
+                            where=f"AND x.{key}_counts IS NOT NULL", group="1, 2")
         best: dict[int, tuple[int, list[int]]] = {}
         for dep, layout, counts in rows:  # a layout change inside the window: the fuller one
             counts = [int(c or 0) for c in counts]
@@ -168,13 +177,8 @@ def _latencies(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
 
 
 def _gpu_stats(facts: dict[int, Facts], gpus: list[tuple[int, int]]) -> None:
-    if not gpus:
-        return
-    cte, params = _pairs(gpus, "gpu_id")
-    rows = _query(
-        f"WITH {cte} SELECT m.dep, m.gpu_id, avg(g.util_pct_avg), avg(g.mem_used_bytes_avg) "
-        f"FROM {ROLLUPS['1m']['gpu'].name} g JOIN m ON m.gpu_id = g.gpu_id "
-        f"WHERE g.ts >= %s AND g.ts < %s GROUP BY 1, 2", params + _window(facts))
+    rows = _rollup_rows(facts, gpus, "gpu_id", "gpu",
+                        "m.gpu_id, avg(x.util_pct_avg), avg(x.mem_used_bytes_avg)", group="1, 2")
     for dep, gpu_id, util, used in rows:
         if util is not None:
             facts[dep].gpu_util[gpu_id] = float(util)
@@ -183,13 +187,8 @@ def _gpu_stats(facts: dict[int, Facts], gpus: list[tuple[int, int]]) -> None:
 
 
 def _process_stats(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
-    if not engines:
-        return
-    cte, params = _pairs(engines, "engine_id")
-    rows = _query(
-        f"WITH {cte} SELECT m.dep, p.pid, avg(p.cpu_pct_avg) "
-        f"FROM {ROLLUPS['1m']['proc'].name} p JOIN m ON m.engine_id = p.engine_id "
-        f"WHERE p.ts >= %s AND p.ts < %s GROUP BY 1, 2", params + _window(facts))
+    rows = _rollup_rows(facts, engines, "engine_id", "proc", "x.pid, avg(x.cpu_pct_avg)",
+                        group="1, 2")
     for dep, pid, cpu in rows:
         if cpu is not None:
             facts[dep].proc_cpu[pid] = float(cpu)

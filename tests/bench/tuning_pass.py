@@ -31,7 +31,8 @@ GPUS_PER_HOST = 8
 H200 = 143771156480
 TTFT_BOUNDS = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 ITL_BOUNDS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5]
-# Per deployment (id mod 8): 0 KV pressure, 1 concurrency cap, 2 CPU starved, others healthy.
+# Per deployment (id mod 8): 0 KV pressure, 1 concurrency cap, 2 CPU starved (a pinned core,
+# GPUs at 60 %, requests waiting), others healthy.
 SYMPTOMS = {
     "kv": "(x.id %% 8) = 0", "queued": "(x.id %% 8) = 1", "starved": "(x.id %% 8) = 2"}
 
@@ -93,7 +94,8 @@ def load_rollups(end: datetime) -> dict:
             f"itl_seconds_layout, itl_seconds_counts) "
             f"SELECT x.id, ts, 60, 1, 1, 1, CASE WHEN {kv} THEN 0.97 ELSE 0.5 END, "
             f"CASE WHEN {kv} THEN 1.0 WHEN {queued} THEN 0.4 ELSE 0.8 END, "
-            f"CASE WHEN {kv} THEN 0.8 ELSE 0 END, CASE WHEN {queued} THEN 12 ELSE 0 END, "
+            f"CASE WHEN {kv} THEN 0.8 ELSE 0 END, "
+            f"CASE WHEN {queued} THEN 12 WHEN {starved} THEN 3 ELSE 0 END, "
             f"CASE WHEN {queued} THEN 4 ELSE 0 END, 120, CASE WHEN {queued} THEN 256 "
             f"ELSE 200 END, 2500, 9000, 6, {ttft}, ARRAY[300, 400, 200, 60, 5, 1, 0, 0], "
             f"{itl}, ARRAY[20000, 9000, 500, 30, 0, 0, 0] "
