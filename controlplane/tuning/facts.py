@@ -66,11 +66,37 @@ class Facts:
         return max(self.proc_cpu.values()) if self.proc_cpu else None
 
 
+@dataclass
+class Inventory:
+    """The hosts, GPUs and engines of some deployments: read once per pass, shared by its
+    windows."""
+
+    hosts: dict[int, Host]
+    gpus: dict[int, dict[int, Gpu]]  # host id -> GPU index -> GPU
+    engines: dict[tuple[int, int], list[Engine]]  # (host id, port) -> its engines, by name
+
+    @classmethod
+    def load(cls, deployments: list[Deployment]) -> Inventory:
+        hosts = Host.objects.in_bulk({d.host_id for d in deployments})
+        gpus: dict[int, dict[int, Gpu]] = defaultdict(dict)
+        for gpu in Gpu.objects.filter(host_id__in=hosts, present=True).only(
+                "id", "host_id", "index", "uuid", "mem_total_bytes", "numa_node"):
+            gpus[gpu.host_id][gpu.index] = gpu
+        engines: dict[tuple[int, int], list[Engine]] = defaultdict(list)
+        for engine in Engine.objects.filter(host_id__in=hosts, name__startswith="vllm:").only(
+                "id", "host_id", "name", "config").order_by("name"):
+            port = engine.name[5:].partition("/")[0]
+            if port.isdigit():
+                engines[(engine.host_id, int(port))].append(engine)
+        return cls(hosts, gpus, engines)
+
+
 def gather(deployments: list[Deployment], start: datetime, end: datetime,
-           engines_only: bool = False) -> dict[int, Facts]:
+           inventory: Inventory | None = None, engines_only: bool = False) -> dict[int, Facts]:
     """Facts of each deployment (by id) over the rollup buckets in [start, end);
     ``engines_only``: the engine gauges and rates alone (the long idle window)."""
-    facts, engines, gpus = _inventory(deployments, start, end)
+    facts, engines, gpus = _start(deployments, start, end,
+                                  inventory or Inventory.load(deployments))
     if not facts:
         return facts
     _engine_stats(facts, engines)
@@ -84,21 +110,14 @@ def gather(deployments: list[Deployment], start: datetime, end: datetime,
     return facts
 
 
-def _inventory(deployments: list[Deployment], start: datetime, end: datetime):
-    hosts = Host.objects.in_bulk({d.host_id for d in deployments})
-    gpus_of: dict[int, dict[int, Gpu]] = defaultdict(dict)
-    for gpu in Gpu.objects.filter(host_id__in=hosts, present=True):
-        gpus_of[gpu.host_id][gpu.index] = gpu
-    by_name: dict[tuple[int, int], list[Engine]] = defaultdict(list)
-    for engine in Engine.objects.filter(host_id__in=hosts, name__startswith="vllm:"):
-        port = engine.name[5:].partition("/")[0]
-        if port.isdigit():
-            by_name[(engine.host_id, int(port))].append(engine)
+def _start(deployments: list[Deployment], start: datetime, end: datetime, inv: Inventory):
+    """Empty facts per deployment, and its (deployment, engine) and (deployment, GPU) pairs."""
     facts, engines, gpus = {}, [], []
     for d in deployments:
-        mine = sorted(by_name.get((d.host_id, d.port), []), key=lambda e: e.name)
-        own_gpus = [gpus_of[d.host_id][i] for i in d.gpu_indices if i in gpus_of[d.host_id]]
-        facts[d.id] = Facts(d, hosts[d.host_id], own_gpus, mine[0].config if mine else {},
+        mine = inv.engines.get((d.host_id, d.port), [])
+        on_host = inv.gpus.get(d.host_id, {})
+        own_gpus = [on_host[i] for i in d.gpu_indices if i in on_host]
+        facts[d.id] = Facts(d, inv.hosts[d.host_id], own_gpus, mine[0].config if mine else {},
                             start, end, [e.id for e in mine])
         engines += [(d.id, e.id) for e in mine]
         gpus += [(d.id, g.id) for g in own_gpus]

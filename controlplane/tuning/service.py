@@ -19,14 +19,14 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from controlplane.fleet import deployments as desired
 from controlplane.fleet.models import Deployment, DeploymentState
 from controlplane.tuning import verify
 from controlplane.tuning.diagnoses import Finding, diagnose, over_provisioned
-from controlplane.tuning.facts import gather
+from controlplane.tuning.facts import Inventory, gather
 from controlplane.tuning.models import DECIDED, Kind, State, Suggestion
 
 log = logging.getLogger(__name__)
@@ -66,36 +66,51 @@ def tuning_pass(now: datetime | None = None) -> PassResult:
                     timedelta(seconds=conf["TUNING_IDLE_WINDOW_S"]))
     everyone = list(Deployment.objects.filter(enabled=True).select_related("host"))
     steady = [d for d in everyone if d.updated_at <= end - window]
-    short = gather(steady, end - window, end)
+    fleet = Inventory.load(steady)
+    short = gather(steady, end - window, end, fleet)
     settled = [d for d in steady if d.updated_at <= end - idle]
-    long = gather(settled, end - idle, end, engines_only=True)
+    long = gather(settled, end - idle, end, fleet, engines_only=True)
     result = PassResult(len(everyone), len(steady))
-    # Most deployments are healthy and have nothing open: they cost no transaction.
-    with_open = set(Suggestion.objects.filter(state=State.OPEN)
-                    .values_list("deployment_id", flat=True))
+    known = _suggestions_of([d.id for d in steady])
     for d in steady:
         found = diagnose(short[d.id])
         if d.id in long and (idle_finding := over_provisioned(long[d.id])):
             found.append(idle_finding)
-        if found or d.id in with_open:
-            record(d, found, result, timezone.now())
+        if found or any(s.state == State.OPEN for s in known.get(d.id, ())):
+            record(d, found, known.get(d.id, []), result, timezone.now())
     return result
 
 
-@transaction.atomic
-def record(d: Deployment, found: list[Finding], result: PassResult, now: datetime) -> None:
-    mine = list(Suggestion.objects.select_for_update().filter(deployment=d))
+def _suggestions_of(ids: list[int]) -> dict[int, list[Suggestion]]:
+    """The suggestions a pass may refresh, clear or be held back by, per deployment: one read
+    (most deployments have none)."""
+    rows = Suggestion.objects.filter(
+        deployment_id__in=ids, state__in=[State.OPEN, State.DISMISSED, State.ACCEPTED,
+                                          State.APPLIED]).only(
+        "id", "deployment_id", "kind", "state", "severity", "revision")
+    out: dict[int, list[Suggestion]] = {}
+    for s in rows:
+        out.setdefault(s.deployment_id, []).append(s)
+    return out
+
+
+def record(d: Deployment, found: list[Finding], mine: list[Suggestion], result: PassResult,
+           now: datetime) -> None:
+    """Refresh, create or clear this deployment's suggestions. Each write is conditional on
+    the state it read (``state = 'open'``), so an operator's accept or dismiss that lands
+    meanwhile is never overwritten; the unique open suggestion per kind guards creation."""
     open_ = {s.kind: s for s in mine if s.state == State.OPEN}
     for finding in found:
         if (s := open_.pop(finding.kind, None)) is not None:
-            _refresh(s, finding, d, now)
-            result.refreshed += 1
+            result.refreshed += _refresh(s, finding, d, now)
         elif not _held_back(mine, finding, d):
-            result.created.append(_create(d, finding, now).id)
-    for s in open_.values():  # the symptom went away
-        s.state, s.updated_at = State.CLEARED, now
-        s.save(update_fields=["state", "updated_at"])
-        result.cleared += 1
+            made = _create(d, finding, now)
+            if made is not None:
+                result.created.append(made.id)
+    gone = [s.id for s in open_.values()]  # the symptom went away
+    if gone:
+        result.cleared += Suggestion.objects.filter(id__in=gone, state=State.OPEN).update(
+            state=State.CLEARED, updated_at=now)
 
 
 def _fields(finding: Finding) -> dict[str, Any]:
@@ -104,16 +119,19 @@ def _fields(finding: Finding) -> dict[str, Any]:
             "evidence": finding.evidence, "severity": finding.severity}
 
 
-def _refresh(s: Suggestion, finding: Finding, d: Deployment, now: datetime) -> None:
-    for name, value in _fields(finding).items():
-        setattr(s, name, value)
-    s.revision, s.updated_at = d.revision, now
-    s.save()
+def _refresh(s: Suggestion, finding: Finding, d: Deployment, now: datetime) -> int:
+    return Suggestion.objects.filter(pk=s.pk, state=State.OPEN).update(
+        revision=d.revision, updated_at=now, **_fields(finding))
 
 
-def _create(d: Deployment, finding: Finding, now: datetime) -> Suggestion:
-    return Suggestion.objects.create(deployment=d, kind=finding.kind, revision=d.revision,
-                                     created_at=now, updated_at=now, **_fields(finding))
+def _create(d: Deployment, finding: Finding, now: datetime) -> Suggestion | None:
+    try:
+        with transaction.atomic():
+            return Suggestion.objects.create(deployment=d, kind=finding.kind,
+                                             revision=d.revision, created_at=now,
+                                             updated_at=now, **_fields(finding))
+    except IntegrityError:  # another pass made it meanwhile (no lock held: a direct call)
+        return None
 
 
 def _held_back(mine: list[Suggestion], finding: Finding, d: Deployment) -> bool:

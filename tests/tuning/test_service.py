@@ -143,3 +143,14 @@ def test_revert_goes_back_to_the_config_the_suggestion_was_made_against(llama):
     assert Suggestion.objects.get(pk=s.pk).state == State.REVERTED
     with pytest.raises(service.Refused):
         service.revert(Suggestion.objects.get(pk=s.pk))
+
+
+def test_an_accept_landing_during_a_pass_is_not_overwritten_by_its_refresh(llama):
+    s = open_pressure(llama)
+    d = Deployment.objects.get(pk=llama.deployment.pk)
+    read_by_the_pass = service._suggestions_of([d.id])[d.id]  # before the operator acts
+    service.accept(s)
+    finding = service.Finding("kv_pressure", "r", "e", 0.9, 0.8)
+    service.record(d, [finding], read_by_the_pass, service.PassResult(), timezone.now())
+    s.refresh_from_db()
+    assert s.state == State.ACCEPTED and s.reasoning != "r"
