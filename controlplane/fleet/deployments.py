@@ -47,11 +47,12 @@ def desired_config(deployment: Deployment) -> dict:
 def check(deployment: Deployment) -> None:
     """Raise a ValidationError keyed by field when the desired config cannot run."""
     errors: dict[str, list[str]] = {}
+    host = Host.objects.filter(pk=deployment.host_id).only("cpu_count", "numa_nodes").first()
     for field, problems in (("args", _arg_errors(deployment)),
                             ("gpu_indices", _gpu_errors(deployment)),
                             ("port", _port_errors(deployment.port)),
-                            ("cpus", _cpu_errors(deployment)),
-                            ("numa_node", _numa_errors(deployment)),
+                            ("cpus", _cpu_errors(deployment, host)),
+                            ("numa_node", _numa_errors(deployment, host)),
                             ("env", _env_errors(deployment.env)),
                             ("drain_timeout_s", _drain_errors(deployment.drain_timeout_s))):
         if problems:
@@ -109,24 +110,23 @@ def _port_errors(port: int) -> list[str]:
     return [] if 1024 <= port <= 65535 else ["must be between 1024 and 65535"]
 
 
-def _cpu_errors(d: Deployment) -> list[str]:
+def _cpu_errors(d: Deployment, host: Host | None) -> list[str]:
     cpus = d.cpus
     if cpus is None:
         return []
     if not isinstance(cpus, list) or not cpus or not all(
             isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus):
         return ["must be null (unbound) or a non-empty list of CPU ids, e.g. [0, 1, 2, 3]"]
-    count = Host.objects.filter(pk=d.host_id).values_list("cpu_count", flat=True).first()
+    count = host.cpu_count if host else None
     if count and (beyond := sorted(c for c in set(cpus) if c >= count)):
         return [f"the host has {count} CPUs (0-{count - 1}); no CPU {beyond[0]}"]
     return []
 
 
-def _numa_errors(d: Deployment) -> list[str]:
+def _numa_errors(d: Deployment, host: Host | None) -> list[str]:
     if d.numa_node is None:
         return []
-    nodes = Host.objects.filter(pk=d.host_id).values_list("numa_nodes", flat=True).first()
-    ids = {n.get("id") for n in nodes or [] if isinstance(n, dict)}
+    ids = set(host.node_cpus()) if host else set()
     if ids and d.numa_node not in ids:
         return [f"the host has no NUMA node {d.numa_node} (it has {sorted(ids)})"]
     return []

@@ -35,6 +35,11 @@ class Host(models.Model):
     def __str__(self) -> str:
         return self.hostname
 
+    def node_cpus(self) -> dict[int, list[int]]:
+        """NUMA node id -> its CPUs, as the agent's inventory reported them."""
+        return {n["id"]: list(n.get("cpus") or []) for n in self.numa_nodes or []
+                if isinstance(n, dict) and "id" in n}
+
 
 class Gpu(models.Model):
     id = models.AutoField(primary_key=True)

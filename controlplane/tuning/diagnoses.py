@@ -18,7 +18,9 @@ from typing import Any
 
 from django.conf import settings
 
+from agents import vllm_args
 from controlplane.fleet.deployments import world_size
+from controlplane.fleet.models import Deployment
 from controlplane.tuning.facts import Facts
 from controlplane.tuning.models import Kind
 
@@ -294,17 +296,10 @@ def cpu_starvation(facts: Facts) -> Finding | None:
 
 
 def _arg_names(version: str) -> set[str]:
-    from agents import vllm_args
-
     try:
         return set(vllm_args.available(version))
     except ValueError:
         return set()
-
-
-def _node_cpus(facts: Facts) -> dict[int, list[int]]:
-    return {n["id"]: list(n.get("cpus") or []) for n in facts.host.numa_nodes or []
-            if isinstance(n, dict) and "id" in n}
 
 
 def _gpu_nodes(facts: Facts) -> set[int]:
@@ -313,7 +308,7 @@ def _gpu_nodes(facts: Facts) -> set[int]:
 
 def _cpus_near_gpus(facts: Facts, count: int) -> list[int] | None:
     """``count`` CPUs on the GPUs' NUMA node(s) that no other deployment of the host binds."""
-    nodes, near = _node_cpus(facts), _gpu_nodes(facts)
+    nodes, near = facts.host.node_cpus(), _gpu_nodes(facts)
     taken = _taken_cpus(facts)
     pool = [c for n in sorted(near) for c in nodes.get(n, []) if c not in taken]
     if not pool and facts.host.cpu_count:  # no NUMA layout reported: any free CPUs
@@ -322,8 +317,6 @@ def _cpus_near_gpus(facts: Facts, count: int) -> list[int] | None:
 
 
 def _taken_cpus(facts: Facts) -> set[int]:
-    from controlplane.fleet.models import Deployment
-
     others = Deployment.objects.filter(host_id=facts.host.id, enabled=True).exclude(
         pk=facts.deployment.pk).values_list("cpus", flat=True)
     return {c for cpus in others for c in cpus or []}
@@ -333,7 +326,7 @@ def _taken_cpus(facts: Facts) -> set[int]:
 
 
 def numa_mismatch(facts: Facts) -> Finding | None:
-    nodes, near = _node_cpus(facts), _gpu_nodes(facts)
+    nodes, near = facts.host.node_cpus(), _gpu_nodes(facts)
     if not facts.proc_cpus or not near or len(nodes) < 2:
         return None
     node_of = {c: n for n, cpus in nodes.items() for c in cpus}

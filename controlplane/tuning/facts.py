@@ -19,11 +19,17 @@ from django.db import connection
 from controlplane.alerts.windows.sql import bucket_sums, max_buckets
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host
 from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.rollups.build import floor
 from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
 from controlplane.telemetry.schema import TABLES as RAW
 from controlplane.telemetry.series.histograms import histogram_quantile
 
 AFFINITY_LOOKBACK = timedelta(minutes=2)
+
+
+def minute(at: datetime) -> datetime:
+    """The start of the 1-minute rollup bucket holding ``at``."""
+    return floor(at, 60)
 
 
 @dataclass

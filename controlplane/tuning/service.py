@@ -12,7 +12,6 @@ dismissed; a clearly worse situation is worth another look.
 from __future__ import annotations
 
 import copy
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,10 +25,9 @@ from controlplane.fleet import deployments as desired
 from controlplane.fleet.models import Deployment, DeploymentState
 from controlplane.tuning import verify
 from controlplane.tuning.diagnoses import Finding, diagnose, over_provisioned
-from controlplane.tuning.facts import Inventory, gather
+from controlplane.tuning.facts import Inventory, gather, minute
 from controlplane.tuning.models import DECIDED, Kind, State, Suggestion
 
-log = logging.getLogger(__name__)
 WORSE = 1.5
 LOCK_KEY = 0x50_54_55_4E  # "PTUN": one tuning pass at a time across the cluster
 
@@ -41,10 +39,6 @@ class PassResult:
     created: list[int] = field(default_factory=list)
     refreshed: int = 0
     cleared: int = 0
-
-
-def minute(at: datetime) -> datetime:
-    return at.replace(second=0, microsecond=0)
 
 
 def locked_pass(now: datetime | None = None) -> PassResult | None:

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.tuning.facts import Facts, gather
+from controlplane.tuning.facts import Facts, gather, minute
 from controlplane.tuning.models import Kind, State, Suggestion
 
 MOVED = 0.10
@@ -46,7 +46,7 @@ LATENCY_PAIR = {"ttft_p99_s": "itl_p99_s", "itl_p99_s": "ttft_p99_s"}
 
 def windows(s: Suggestion) -> tuple[tuple[datetime, datetime], tuple[datetime, datetime]]:
     length = timedelta(seconds=settings.PITWALL["TUNING_VERIFY_WINDOW_S"])
-    before_end = _floor(s.decided_at)
+    before_end = minute(s.decided_at)
     after_start = _ceil(s.applied_at + timedelta(seconds=settings.PITWALL["TUNING_SETTLE_S"]))
     return (before_end - length, before_end), (after_start, after_start + length)
 
@@ -126,10 +126,6 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
 
-def _floor(at: datetime) -> datetime:
-    return at.replace(second=0, microsecond=0)
-
-
 def _ceil(at: datetime) -> datetime:
-    floor = _floor(at)
-    return floor if floor == at else floor + timedelta(minutes=1)
+    start = minute(at)
+    return start if start == at else start + timedelta(minutes=1)

@@ -63,8 +63,8 @@ def placements(procs: Sequence[dict], engines: dict[int, Engine],
 
 def numa_panel(host: Host, gpus: Sequence[Gpu], engines: Sequence[Engine],
                procs: Sequence[dict]) -> list[NumaNode]:
-    nodes = {n["id"]: NumaNode(n["id"], cpu_ranges(n.get("cpus", [])), len(n.get("cpus", [])))
-             for n in host.numa_nodes or [] if "id" in n}
+    nodes = {node: NumaNode(node, cpu_ranges(cpus), len(cpus))
+             for node, cpus in host.node_cpus().items()}
     for gpu in gpus:
         if gpu.numa_node is not None:
             nodes.setdefault(gpu.numa_node, NumaNode(gpu.numa_node, "", 0)).gpus.append(gpu)
