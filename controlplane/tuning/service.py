@@ -132,11 +132,13 @@ def _held_back(mine: list[Suggestion], finding: Finding, d: Deployment) -> bool:
     """Dismissed for this revision and not clearly worse, or a change of the same kind is
     being applied or verified."""
     for s in mine:
-        if s.kind != finding.kind or s.revision != d.revision and s.state != State.ACCEPTED:
+        if s.kind != finding.kind:
             continue
-        if s.state == State.DISMISSED and finding.severity < s.severity * WORSE:
-            return True
+        # Made against the revision before the change: compare by state, not revision.
         if s.state in (State.ACCEPTED, State.APPLIED):
+            return True
+        if (s.state == State.DISMISSED and s.revision == d.revision
+                and finding.severity < s.severity * WORSE):
             return True
     return False
 

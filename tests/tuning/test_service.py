@@ -154,3 +154,14 @@ def test_an_accept_landing_during_a_pass_is_not_overwritten_by_its_refresh(llama
     service.record(d, [finding], read_by_the_pass, service.PassResult(), timezone.now())
     s.refresh_from_db()
     assert s.state == State.ACCEPTED and s.reasoning != "r"
+
+
+def test_no_new_suggestion_of_a_kind_whose_change_is_being_verified(llama):
+    s = service.accept(open_pressure(llama))
+    Suggestion.objects.filter(pk=s.pk).update(state=State.APPLIED)
+    d = Deployment.objects.get(pk=llama.deployment.pk)  # now at the accepted revision
+    finding = service.Finding("kv_pressure", "r", "e", 0.9, 0.8)
+    result = service.PassResult()
+    service.record(d, [finding], service._suggestions_of([d.id])[d.id], result,
+                   timezone.now())
+    assert result.created == [] and Suggestion.objects.count() == 1
