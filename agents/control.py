@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import ssl
 from typing import Any
-from urllib.parse import urlsplit
 
 from agents import __version__
+from agents.transport import connect, server_url
 
 CONFIG_PATH = "/api/v1/agent/config"
 STATUS_PATH = "/api/v1/agent/status"
@@ -25,9 +24,7 @@ class ControlError(Exception):
 
 class ControlClient:
     def __init__(self, server: str, token: str, timeout: float = 10.0) -> None:
-        url = urlsplit(server)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"server URL must be http(s)://host[:port], got {server!r}")
+        url = server_url(server)
         self._url, self._timeout = url, timeout
         self._base = url.path.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
@@ -50,7 +47,7 @@ class ControlClient:
         headers = dict(self._headers)
         if body is not None:
             headers["Content-Type"] = "application/json"
-        conn = self._connection()
+        conn = connect(self._url, self._timeout)  # one request per connection: rare calls
         try:
             conn.request(method, self._base + path, body=body, headers=headers)
             response = conn.getresponse()
@@ -60,13 +57,6 @@ class ControlClient:
         finally:
             conn.close()
         return _answer(method, path, response.status, raw)
-
-    def _connection(self) -> http.client.HTTPConnection:
-        host, port = self._url.hostname or "", self._url.port
-        if self._url.scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=self._timeout,
-                                               context=ssl.create_default_context())
-        return http.client.HTTPConnection(host, port, timeout=self._timeout)
 
 
 def _answer(method: str, path: str, status: int, raw: bytes) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from agents import __version__
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
@@ -46,13 +46,29 @@ class Reply:
         return f"answered {self.status}: {detail}{where}"
 
 
+def server_url(server: str) -> SplitResult:
+    """The control plane's base URL, checked: http(s)://host[:port][/path]."""
+    url = urlsplit(server)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(f"server URL must be http(s)://host[:port], got {server!r}")
+    return url
+
+
+def connect(url: SplitResult, timeout: float) -> http.client.HTTPConnection:
+    """A connection to the server (not opened yet); HTTPS verifies certificates the default
+    way."""
+    host, port = url.hostname or "", url.port
+    if url.scheme == "https":
+        return http.client.HTTPSConnection(host, port, timeout=timeout,
+                                           context=ssl.create_default_context())
+    return http.client.HTTPConnection(host, port, timeout=timeout)
+
+
 class IngestClient:
-    """One persistent connection to the server; HTTPS verifies certificates the default way."""
+    """One persistent connection to the server."""
 
     def __init__(self, server: str, token: str, timeout: float = 10.0) -> None:
-        url = urlsplit(server)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"server URL must be http(s)://host[:port], got {server!r}")
+        url = server_url(server)
         self._url = url
         self.path = url.path.rstrip("/") + INGEST_PATH
         self.origin = f"{url.scheme}://{url.netloc.rpartition('@')[2]}"
@@ -67,11 +83,7 @@ class IngestClient:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            host, port, timeout = self._url.hostname or "", self._url.port, self._timeout
-            self._conn = (http.client.HTTPSConnection(host, port, timeout=timeout,
-                                                      context=ssl.create_default_context())
-                          if self._url.scheme == "https"
-                          else http.client.HTTPConnection(host, port, timeout=timeout))
+            self._conn = connect(self._url, self._timeout)
         return self._conn
 
     def post(self, payload: Batch | bytes) -> Reply:
