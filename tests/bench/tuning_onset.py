@@ -63,20 +63,6 @@ def stream(name: str, onset: float) -> tuple[object, str]:
     return host, sick
 
 
-def deploy(host, scenario):
-    from controlplane.fleet import deployments
-    from controlplane.fleet.models import Deployment
-
-    spec = scenario.deployment
-    d = Deployment(host=host, name="onset", model=spec.model, port=spec.port,
-                   gpu_indices=list(spec.gpu_indices), vllm_version="0.33.0",
-                   cpus=list(spec.cpus), args={
-                       "max_num_seqs": spec.max_num_seqs,
-                       "gpu_memory_utilization": spec.gpu_memory_utilization})
-    deployments.save(d)
-    Deployment.objects.filter(pk=d.pk).update(updated_at=datetime.now(UTC) - timedelta(days=1))
-
-
 def detect(kind: str, onset: datetime) -> float | None:
     """Minutes after the onset of the first pass that suggests ``kind``."""
     from controlplane.tuning.models import Suggestion
@@ -96,6 +82,7 @@ def main(argv=None) -> int:
 
     from controlplane.telemetry.rollups import build
     from controlplane.tuning.models import Suggestion
+    from tests.tuning.telemetry import declare
 
     conf = settings.PITWALL
     lag_s = conf["ROLLUP_INTERVAL_S"] + conf["ROLLUP_SETTLE_S"] + conf["TUNING_INTERVAL_S"]
@@ -107,7 +94,7 @@ def main(argv=None) -> int:
     for name, (kind, _) in CASES.items():
         started = time.perf_counter()
         host, scenario = stream(name, onset.timestamp())
-        deploy(host, scenario)
+        declare(host, scenario, name="onset")
         build.catch_up()
         delay = detect(kind, onset)
         Suggestion.objects.all().delete()

@@ -8,7 +8,9 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from controlplane.fleet.models import Deployment, Engine, Gpu
+from agents.sim.scenario import Scenario
+from controlplane.fleet import deployments
+from controlplane.fleet.models import Deployment, Engine, Gpu, Host
 from controlplane.telemetry.rollups import build
 from tests.api.helpers import insert_samples, layout
 
@@ -67,3 +69,19 @@ def steady(d: Deployment, hours: float = 2) -> Deployment:
         updated_at=timezone.now() - timedelta(hours=hours))
     d.refresh_from_db()
     return d
+
+
+def declare(host: Host, scenario: Scenario, name: str = "scenario") -> Deployment:
+    """The deployment a simulated scenario runs (agents/sim/scenario.py), as an operator
+    would have declared it, its revision run for a while."""
+    spec = scenario.deployment
+    d = Deployment(host=host, name=name, model=spec.model, port=spec.port,
+                   gpu_indices=list(spec.gpu_indices), vllm_version="0.33.0",
+                   cpus=list(spec.cpus), args={
+                       "max_num_seqs": spec.max_num_seqs,
+                       "max_num_batched_tokens": spec.max_num_batched_tokens,
+                       "gpu_memory_utilization": spec.gpu_memory_utilization,
+                       "tensor_parallel_size": spec.tensor_parallel_size,
+                       "max_model_len": spec.max_model_len})
+    deployments.save(d)
+    return steady(d)

@@ -11,13 +11,12 @@ import pytest
 
 from agents.sim.scenario import Scenario, simulate
 from agents.sim.scenario_presets import preset
-from controlplane.fleet import deployments
-from controlplane.fleet.models import Deployment, Host
+from controlplane.fleet.models import Host
 from controlplane.fleet.tokens import issue_agent_token
 from controlplane.tuning import service
 from controlplane.tuning.models import Suggestion
 from tests.telemetry.conftest import ingest  # noqa: F401 -- fixture
-from tests.tuning.telemetry import roll_up, steady
+from tests.tuning.telemetry import declare, roll_up
 
 MINUTES = 12  # the 10-minute window and the minutes the rollups have not settled
 INTERVAL_S = 5.0  # a sample every 5 s: the same rollups at a fifth of the simulation's cost
@@ -45,28 +44,13 @@ def stream(ingest, scenario: Scenario) -> Host:  # noqa: F811 -- the fixture
     return host
 
 
-def deploy(host: Host, scenario: Scenario) -> Deployment:
-    """The deployment the scenario runs, as an operator would have declared it."""
-    spec = scenario.deployment
-    d = Deployment(host=host, name="scenario", model=spec.model, port=spec.port,
-                   gpu_indices=list(spec.gpu_indices), vllm_version="0.33.0",
-                   cpus=list(spec.cpus), args={
-                       "max_num_seqs": spec.max_num_seqs,
-                       "max_num_batched_tokens": spec.max_num_batched_tokens,
-                       "gpu_memory_utilization": spec.gpu_memory_utilization,
-                       "tensor_parallel_size": spec.tensor_parallel_size,
-                       "max_model_len": spec.max_model_len})
-    deployments.save(d)
-    return steady(d)
-
-
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_a_tuning_pass_finds_what_each_scenario_shows(name, ingest, settings):  # noqa: F811
     # Over-provisioning reads an hour; the idle scenario simulates the last ten minutes of it.
     settings.PITWALL = {**settings.PITWALL, "TUNING_IDLE_WINDOW_S": 600}
     scenario = preset(name)
     host = stream(ingest, scenario)
-    deploy(host, scenario)
+    declare(host, scenario)
     service.tuning_pass()
     found = {s.kind: s for s in Suggestion.objects.all()}
     assert set(found) == EXPECTED[name], {k: s.reasoning for k, s in found.items()}
