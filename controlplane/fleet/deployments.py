@@ -79,14 +79,20 @@ def world_size(args: dict) -> int:
 
 def _gpu_errors(d: Deployment) -> list[str]:
     indices = d.gpu_indices
-    if not isinstance(indices, list) or not indices or not all(
+    if not isinstance(indices, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices):
-        return ["must be a non-empty list of GPU indices on the host, e.g. [0, 1]"]
+        return ["must be a list of GPU indices on the host, e.g. [0, 1]"]
     if len(set(indices)) != len(indices):
         return ["lists a GPU twice"]
-    errors = []
     present = set(Gpu.objects.filter(host_id=d.host_id, present=True)
                   .values_list("index", flat=True))
+    if not indices:
+        # vLLM's CPU build serves without GPUs; on a host that has GPUs an empty list is a
+        # forgotten field, not a choice.
+        return [] if not present else [
+            f"must list the GPUs to use (the host has {sorted(present)}); an empty list is "
+            "only for a host without GPUs (vLLM's CPU build)"]
+    errors = []
     if missing := sorted(set(indices) - present):
         errors.append(f"the host has no GPU {', '.join(map(str, missing))} "
                       f"(it has {sorted(present) or 'none reported yet'})")
@@ -208,9 +214,21 @@ def agent_config(host_id: int) -> dict:
 def _spec(d: Deployment) -> dict:
     return {"id": d.id, "name": d.name, "revision": d.revision, "model": d.model,
             "port": d.port, "gpu_indices": d.gpu_indices, "vllm_version": d.vllm_version,
-            "args": d.args, "argv": vllm_args.to_argv(d.args, d.vllm_version),
+            "args": d.args, "argv": render_argv(d),
             "cpus": d.cpus, "numa_node": d.numa_node, "env": d.env,
             "drain_timeout_s": d.drain_timeout_s}
+
+
+def render_argv(d: Deployment) -> list[str]:
+    """The deployment's vLLM flags. On releases with ``--shutdown-timeout`` the drain timeout
+    is passed as it unless the arguments set it: without it vLLM aborts every running request
+    on SIGTERM (0, its default) instead of letting them finish."""
+    argv = vllm_args.to_argv(d.args, d.vllm_version)
+    if "shutdown_timeout" in d.args or "shutdown_timeout" not in vllm_args.available(
+            d.vllm_version):
+        return argv
+    return argv + vllm_args.to_argv({"shutdown_timeout": int(d.drain_timeout_s)},
+                                    d.vllm_version)
 
 
 class ForeignDeployment(Exception):
