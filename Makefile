@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-real-vllm real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset lint install preflight clean
+.PHONY: run test test-real-vllm real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-real-vllm lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -102,6 +102,11 @@ bench-tuning: preflight
 
 bench-tuning-onset: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.tuning_onset
+
+# Not part of `make bench`: it needs the real vLLM (installed by its prerequisite).
+bench-real-vllm: preflight real-vllm
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.real_vllm_restart && \
+	  $(PY) -m tests.bench.real_vllm_scrape
 
 bench-pk: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.pk_order
