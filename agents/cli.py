@@ -200,6 +200,8 @@ class _HeldWarnings:
 def _gpu_collector(config: AgentConfig, warn: Warn, require: bool) -> Any:
     from agents.collectors.nvml import NvmlCollector
 
+    if config.gpu_backend == "none":
+        return None  # said, not guessed: `run` otherwise refuses to start without NVML
     if config.gpu_backend == "sim":
         try:
             from agents.sim.gpus import SimNvml
@@ -214,8 +216,8 @@ def _gpu_collector(config: AgentConfig, warn: Warn, require: bool) -> Any:
         held.release(warn)
         return collector
     reason = "; ".join(held.held) or "the NVML collector did not start"
-    advice = ("install the NVIDIA driver (libnvidia-ml) or use --gpu-backend sim "
-              "to simulate GPUs")
+    advice = ("install the NVIDIA driver (libnvidia-ml), use --gpu-backend none on a host "
+              "without GPUs, or --gpu-backend sim to simulate GPUs")
     if require:
         raise StartupError(f"NVML is not available ({reason}): {advice}")
     warn(f"NVML is not available ({reason}); continuing without GPUs: {advice}")

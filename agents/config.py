@@ -92,8 +92,9 @@ def _http_url(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--gpu-backend", choices=("nvml", "sim"), default="nvml",
-                        help="where GPU metrics come from: NVML (default) or simulated GPUs")
+    common.add_argument("--gpu-backend", choices=("nvml", "sim", "none"), default="nvml",
+                        help="where GPU metrics come from: NVML (default), simulated GPUs, or "
+                             "none for a host without GPUs (vLLM's CPU build)")
     common.add_argument("--sim-gpus", type=_count, default=DEFAULT_SIM_GPUS, metavar="N",
                         help="GPUs to simulate with --gpu-backend sim (default %(default)s)")
     common.add_argument("--vllm-metrics-url", action="append", default=[], type=_http_url,

@@ -104,6 +104,16 @@ def test_probe_with_nvml_on_a_machine_without_gpus_warns_and_reports_the_host(ca
     assert "NVML is not available" in err and "--gpu-backend sim" in err
 
 
+def test_a_host_without_gpus_says_so_and_reports_no_gpus_and_no_nvml_warning(capsys):
+    assert main(["probe", "--gpu-backend", "none", "--interval", "0.05",
+                 "--hostname", "cpu-host"]) == 0
+    out, err = capsys.readouterr()
+
+    batch = json.loads(out)
+    assert batch["host"]["gpus"] == [] and "gpus" not in batch["samples"][0]
+    assert "NVML" not in err and not batch["host"].get("simulated")
+
+
 def test_run_without_a_token_says_how_to_give_one(capsys, monkeypatch):
     monkeypatch.delenv("PITWALL_TOKEN", raising=False)
     monkeypatch.delenv("PITWALL_TOKEN_FILE", raising=False)

@@ -11,6 +11,7 @@ from agents.sim.fleet import BASE_PORT, host_name
 from controlplane.fleet import deployments
 from controlplane.fleet.models import AgentToken, Deployment, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token
+from controlplane.web.real_vllm_demo import NotInstalled, RealVllmDemo
 
 INVENTORY_WAIT_S = 60.0
 # The demo fleet's deployments: most are healthy; two are mis-tuned on purpose so the Tuning
@@ -31,6 +32,10 @@ class Command(BaseCommand):
                             default=int(os.environ.get("PITWALL_SIM_GPUS", 8)))
         parser.add_argument("--web-workers", type=int,
                             default=int(os.environ.get("PITWALL_WEB_WORKERS", 1)))
+        parser.add_argument("--real-vllm", action="store_true",
+                            default=os.environ.get("PITWALL_REAL_VLLM") == "1",
+                            help="also run a host whose agent serves the tiny model with the "
+                                 "real vLLM (make real-vllm installs it)")
 
     def handle(self, **opts) -> None:
         var = Path(settings.BASE_DIR) / "var"
@@ -54,22 +59,43 @@ class Command(BaseCommand):
             stack.stop()
             raise SystemExit(1)
         if opts["sim_hosts"] > 0:  # once the server answers, so no agent starts by spooling
-            token_dir = self._sim_tokens(var / "sim-fleet" / "tokens", opts["sim_hosts"])
+            token_dir = var / "sim-fleet" / "tokens"
+            self._tokens(token_dir, [host_name(i) for i in range(1, opts["sim_hosts"] + 1)])
             stack.children.append(Child("simulated-fleet", [
                 python(), "-m", "agents.sim", "fleet", "--hosts", str(opts["sim_hosts"]),
                 "--gpus", str(opts["sim_gpus"]), "--server", url, "--token-dir", str(token_dir),
                 "--state-dir", str(var / "sim-fleet"), "--supervise"]))
             stack.start()
             self._demo_deployments(opts["sim_hosts"], opts["sim_gpus"])
-        self._banner(url, opts["sim_hosts"], opts["sim_gpus"])
+        real = self._real_vllm(stack, url, var) if opts["real_vllm"] else None
+        self._banner(url, opts["sim_hosts"], opts["sim_gpus"], real)
         raise SystemExit(stack.supervise())
 
-    def _sim_tokens(self, token_dir: Path, hosts: int) -> Path:
-        """One agent token per simulated host, kept in files the agents read (mode 600)."""
+    def _real_vllm(self, stack: Stack, url: str, var: Path) -> RealVllmDemo | None:
+        try:
+            demo = RealVllmDemo.from_env(var)
+        except NotInstalled as exc:
+            self.stderr.write(f"pitwall: {exc}; starting without it")
+            return None
+        token_file = self._tokens(demo.workdir / "tokens", [demo.hostname])[demo.hostname]
+        stack.children += [demo.agent(url, token_file), demo.load_generator()]
+        stack.start()
+        deadline = time.monotonic() + INVENTORY_WAIT_S
+        while not demo.ensure_deployment():
+            if time.monotonic() > deadline:
+                self.stderr.write(f"pitwall: {demo.hostname} did not report in "
+                                  f"{INVENTORY_WAIT_S:.0f} s: no real vLLM deployment created")
+                return None
+            time.sleep(1.0)
+        return demo
+
+    def _tokens(self, token_dir: Path, hostnames: list[str]) -> dict[str, Path]:
+        """One agent token per host, kept in files its agent reads (mode 600); a file whose
+        token is still valid is kept."""
         token_dir.mkdir(parents=True, exist_ok=True)
-        for i in range(1, hosts + 1):
-            hostname = f"sim-host-{i:02d}"
-            path = token_dir / hostname
+        paths = {}
+        for hostname in hostnames:
+            path = paths[hostname] = token_dir / hostname
             lookup = path.read_text().split("_")[1] if path.exists() else None
             if lookup and AgentToken.objects.filter(
                     lookup=lookup, host__hostname=hostname, revoked_at__isnull=True).exists():
@@ -77,7 +103,7 @@ class Command(BaseCommand):
             token, _ = issue_agent_token(hostname)
             path.touch(mode=0o600)
             path.write_text(token)
-        return token_dir
+        return paths
 
     def _demo_deployments(self, hosts: int, gpus: int) -> None:
         """One deployment per simulated host, once its agent has reported its GPUs (a
@@ -107,7 +133,7 @@ class Command(BaseCommand):
             drain_timeout_s=10), reason="make run: the simulated fleet's demo deployment")
         return True
 
-    def _banner(self, url: str, hosts: int, gpus: int) -> None:
+    def _banner(self, url: str, hosts: int, gpus: int, real: RealVllmDemo | None) -> None:
         lines = [
             "",
             f"  Pitwall is running: {url}/",
@@ -116,6 +142,7 @@ class Command(BaseCommand):
             f"  API docs:  {url}/api/v1/docs/",
             f"  Simulated fleet: {hosts} hosts x {gpus} simulated GPUs; each agent runs its "
             f"host's deployment (a simulated vLLM): {url}/deployments/",
+            *([real.banner(url)] if real else []),
             "  Ctrl-C stops every process.",
             "",
         ]

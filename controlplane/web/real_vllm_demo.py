@@ -1,0 +1,106 @@
+"""`PITWALL_REAL_VLLM=1 make run`: one more host whose agent runs a real vLLM.
+
+The host is this machine under its own hostname. Its agent runs with ``--supervise`` and the
+real ``vllm serve`` of the environment `make real-vllm` installed (``PITWALL_VLLM_VENV``), and
+serves the tiny model made there (``PITWALL_TINY_MODEL``) through a normal deployment, so the
+dashboard shows a real engine beside the simulated fleet. The GPU collector is the real NVML
+one where the NVIDIA driver is installed; elsewhere the agent runs with ``--gpu-backend none``,
+the host shows no GPUs (true), and the deployment runs vLLM's CPU build with
+``gpu_indices: []``. vLLM's own ``vllm bench serve`` keeps it busy.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import shlex
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.children import Child, python
+from controlplane.fleet import deployments
+from controlplane.fleet.models import Deployment, Host
+
+VLLM_VERSION = "0.32.0"  # what tests/real_vllm/install.sh installs
+SERVED_NAME = "pitwall-tiny-llama"
+DEPLOYMENT_NAME = "tiny-llama-real"
+# The tiny model's engine: no CUDA graphs on a CPU, float32 (the CPU backend's fast path), a
+# context its positions cover, KV-cache blocks in multiples of 32 (the CPU backend's rule).
+ARGS = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512, "block_size": 32,
+        "served_model_name": SERVED_NAME}
+ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": "1",
+       # The simulated fleet and the control plane share these cores: no OpenMP pinning.
+       "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1"}
+# Requests per second, prompt and output tokens of the load generator: a steady, light load.
+LOAD = {"rate": "3", "input": "64", "output": "128", "prompts": "180"}
+
+
+class NotInstalled(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class RealVllmDemo:
+    venv: Path
+    model: Path
+    port: int
+    workdir: Path
+    hostname: str
+    gpu_backend: str  # nvml where the NVIDIA driver is installed, none elsewhere
+
+    @classmethod
+    def from_env(cls, var: Path) -> RealVllmDemo:
+        venv, model = os.environ.get("PITWALL_VLLM_VENV"), os.environ.get("PITWALL_TINY_MODEL")
+        if not venv or not model or not Path(venv, "bin", "vllm").exists() \
+                or not Path(model, "config.json").exists():
+            raise NotInstalled("PITWALL_REAL_VLLM=1 needs the real vLLM and the tiny model: "
+                               "`make real-vllm` installs them (PITWALL_REAL_VLLM=1 make run "
+                               "does so first)")
+        return cls(Path(venv), Path(model), int(os.environ.get("PITWALL_REAL_VLLM_PORT", 18400)),
+                   var / "real-vllm", socket.gethostname(),
+                   "nvml" if ctypes.util.find_library("nvidia-ml") else "none")
+
+    def agent(self, url: str, token_file: Path) -> Child:
+        vllm = shlex.join([str(self.venv / "bin" / "vllm"), "serve"])
+        return Child("real-vllm-agent", [
+            python(), "-m", "agents", "run", "--server", url, "--token-file", str(token_file),
+            "--hostname", self.hostname, "--gpu-backend", self.gpu_backend,
+            "--supervise", "--vllm-command", vllm,
+            "--interval", "1", "--spool-dir", str(self.workdir / "spool")])
+
+    def load_generator(self) -> Child:
+        """`vllm bench serve` in a loop (each run is finite); while the engine starts, it
+        fails at once and waits. Its reports go to a log, not the terminal."""
+        bench = shlex.join([
+            str(self.venv / "bin" / "vllm"), "bench", "serve", "--backend", "vllm",
+            "--base-url", f"http://127.0.0.1:{self.port}", "--model", SERVED_NAME,
+            "--tokenizer", str(self.model), "--dataset-name", "random",
+            "--random-input-len", LOAD["input"], "--random-output-len", LOAD["output"],
+            "--num-prompts", LOAD["prompts"], "--request-rate", LOAD["rate"], "--ignore-eos"])
+        log = shlex.quote(str(self.workdir / "load.log"))
+        loop = f"while :; do {bench} >> {log} 2>&1 || sleep 5; done"
+        return Child("real-vllm-load", ["bash", "-c", loop], env={"HF_HUB_OFFLINE": "1"})
+
+    def ensure_deployment(self) -> bool:
+        """The demo deployment, once the agent has reported its host; an existing one is left
+        as the operator left it. False while the host has not reported yet."""
+        host = Host.objects.filter(hostname=self.hostname).first()
+        if host is None:
+            return False
+        if not Deployment.objects.filter(host=host, name=DEPLOYMENT_NAME).exists():
+            scratch = self.workdir / "engine"
+            env = {**ENV, "TMPDIR": str(scratch / "tmp"), "VLLM_CACHE_ROOT": str(scratch / "cache"),
+                   "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor")}
+            for sub in ("tmp", "cache", "inductor"):
+                (scratch / sub).mkdir(parents=True, exist_ok=True)
+            deployments.save(Deployment(
+                host=host, name=DEPLOYMENT_NAME, model=str(self.model), port=self.port,
+                gpu_indices=[], args=ARGS, vllm_version=VLLM_VERSION, env=env,
+                drain_timeout_s=10), reason="make run: the real vLLM demo deployment")
+        return True
+
+    def banner(self, url: str) -> str:
+        return (f"  Real vLLM: host {self.hostname} runs vLLM {VLLM_VERSION} (CPU build) serving "
+                f"the tiny model on port {self.port}, loaded by `vllm bench serve` "
+                f"({LOAD['rate']} req/s): {url}/deployments/")
