@@ -1,0 +1,50 @@
+"""`PITWALL_REAL_VLLM=1 make run`: the host and deployment it adds, and what it says when the
+real vLLM is not installed. (The engine itself runs in the real-vLLM suite.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents import vllm_args
+from controlplane.fleet.models import Deployment, Host
+from controlplane.web.real_vllm_demo import ARGS, VLLM_VERSION, NotInstalled, RealVllmDemo
+
+
+@pytest.fixture
+def demo(tmp_path) -> RealVllmDemo:
+    return RealVllmDemo(tmp_path / "venv", tmp_path / "model", 18400, tmp_path / "var",
+                        "cpu-box", "none")
+
+
+def test_without_the_install_it_names_the_make_target(monkeypatch, tmp_path):
+    monkeypatch.setenv("PITWALL_VLLM_VENV", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("PITWALL_TINY_MODEL", str(tmp_path / "nothing"))
+    with pytest.raises(NotInstalled, match="make real-vllm"):
+        RealVllmDemo.from_env(tmp_path)
+
+
+def test_its_arguments_are_valid_for_the_installed_release():
+    assert vllm_args.validate(ARGS, VLLM_VERSION) == []
+
+
+def test_no_deployment_until_the_agent_has_reported_its_host(db, demo):
+    assert demo.ensure_deployment() is False
+    assert not Deployment.objects.exists()
+
+
+def test_the_deployment_runs_the_cpu_build_without_gpus_and_is_made_once(db, demo):
+    Host.objects.create(hostname="cpu-box")
+    assert demo.ensure_deployment() is True
+    assert demo.ensure_deployment() is True
+
+    [d] = Deployment.objects.all()
+    assert d.gpu_indices == [] and d.port == 18400 and d.vllm_version == VLLM_VERSION
+    assert d.model == str(demo.model) and d.revision == 1
+    # Its sockets and compile caches stay in its own directory.
+    assert d.env["TMPDIR"].startswith(str(demo.workdir)) and d.env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_agent_supervises_real_vllm_from_its_environment(demo, tmp_path):
+    argv = demo.agent("http://127.0.0.1:8000", tmp_path / "token").argv
+    assert "--supervise" in argv and argv[argv.index("--gpu-backend") + 1] == "none"
+    assert argv[argv.index("--vllm-command") + 1] == f"{demo.venv}/bin/vllm serve"
