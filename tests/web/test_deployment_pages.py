@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from controlplane.fleet import deployments
-from controlplane.fleet.models import Deployment
+from controlplane.fleet.models import Deployment, Host
 
 
 @pytest.fixture
@@ -123,3 +123,13 @@ def test_evidence_values_read_as_a_person_reads_them():
                   "value": 0.6438}) == "0.6438"
     assert shown({"metric": "proc.cpu_affinity", "value": [16, 17]}) == "16, 17"
     assert shown({"metric": "engine.itl_seconds", "value": None}) == "–"
+
+
+def test_a_deployment_without_gpus_says_it_runs_the_cpu_build(signed_in, db):
+    host = Host.objects.create(hostname="cpu-box")
+    d = Deployment(host=host, name="tiny", model="/models/tiny", port=8000, gpu_indices=[],
+                   vllm_version="0.32.0", args={"dtype": "float32"})
+    deployments.save(d, reason="CPU build")
+
+    assert "none (CPU)" in signed_in.get("/deployments/").content.decode()
+    assert "no GPU (CPU build)" in signed_in.get(f"/deployments/{d.pk}/").content.decode()
