@@ -5,9 +5,15 @@
        │                  ▼                        ▼
        │               crashed ──group gone──▶ backing_off ──delay over──▶ starting
        │
-    draining ◀── SIGTERM to the group when the desired spec changed or was removed
-                 (SIGKILL after drain_timeout_s); once it has exited: stopped, then the new
-                 spec starts at once
+    draining ◀── SIGTERM to vLLM's API server when the desired spec changed or was removed;
+                 once it has exited: SIGKILL to what is left of its group, stopped, and the
+                 new spec starts at once; still running after drain_timeout_s + EXIT_GRACE_S:
+                 SIGKILL to the group
+
+vLLM drains itself: started with ``--shutdown-timeout N`` (the control plane passes the drain
+timeout), its API server stops taking requests on SIGTERM, lets the running ones finish for up
+to N s, then stops its EngineCore and workers and exits. Signalling the whole group instead
+would reach the EngineCore directly, which aborts every running request.
 
 Nothing here blocks: `step(now)` looks at the process and the probe once and moves at most a
 few transitions, so one slow deployment never holds up the others in the agent's loop.
@@ -26,6 +32,10 @@ from agents.supervisor.process import LogTail, Process
 from agents.supervisor.spec import DeploymentSpec
 
 STATUS_TAIL_LINES = 50
+# After its last request a real vLLM 0.32 takes a few seconds to stop its engine processes and
+# exit (measured 0.5-5 s on 2 cores, see docs/deployments.md); SIGKILL waits this long beyond
+# the drain timeout, so a drain that finishes in time is never cut short.
+EXIT_GRACE_S = 15.0
 
 
 @dataclass
@@ -127,15 +137,19 @@ class Instance:
             self._start(now)
 
     def _on_draining(self, now: float) -> None:
+        # No health probe here: a draining vLLM still answers /health with 200.
         assert self.process is not None
         if self.process.poll() is not None:
             self.process.signal_group(signal.SIGKILL)  # workers the leader left behind
             self._record_exit()
+            self.tail.append(f"[pitwall] drained in {now - self.since:.1f} s, "
+                             f"exit code {self.exit_code}")
             self._enter("stopped", now)
         elif now >= self._drain_deadline and not self._killed:
             self.process.signal_group(signal.SIGKILL)
             self._killed = True
-            self.tail.append("[pitwall] still running after the drain timeout: SIGKILL")
+            self.tail.append("[pitwall] still running after the drain timeout: SIGKILL to "
+                             "the process group")
 
     # --- transitions -----------------------------------------------------------------------
 
@@ -172,10 +186,14 @@ class Instance:
 
     def _drain(self, now: float) -> None:
         assert self.process is not None and self.spec is not None
-        self.process.signal_group(signal.SIGTERM)  # vLLM stops accepting, finishes requests
-        self._drain_deadline = now + self.spec.drain_timeout_s
+        self.process.signal_leader(signal.SIGTERM)  # vLLM stops accepting, finishes requests
+        timeout = self.spec.drain_timeout_s
+        self._drain_deadline = now + timeout + EXIT_GRACE_S
         self._killed = False
-        self.tail.append(f"[pitwall] draining revision {self.spec.revision} (SIGTERM)")
+        self.tail.append(f"[pitwall] draining revision {self.spec.revision}: SIGTERM to pid "
+                         f"{self.process.pid}; running requests may finish for {timeout:g} s, "
+                         f"SIGKILL to the group if it still runs {timeout + EXIT_GRACE_S:g} s "
+                         "from now")
         self._enter("draining", now)
 
     def _record_exit(self) -> None:

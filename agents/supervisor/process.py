@@ -43,6 +43,8 @@ class Process(Protocol):
 
     def poll(self) -> int | None: ...
 
+    def signal_leader(self, signum: int) -> None: ...
+
     def signal_group(self, signum: int) -> None: ...
 
 
@@ -57,6 +59,11 @@ class ManagedProcess:
     def poll(self) -> int | None:
         """The exit status once the group leader has exited (-N: killed by signal N)."""
         return self.popen.poll()
+
+    def signal_leader(self, signum: int) -> None:
+        """Signal the process the supervisor started (vLLM's API server) alone."""
+        if self.popen.poll() is None:  # never signal a reaped pid: it may be someone else's
+            self.popen.send_signal(signum)
 
     def signal_group(self, signum: int) -> None:
         try:

@@ -11,6 +11,7 @@ import pytest
 
 from agents.supervisor import SpecError, Supervisor
 from agents.supervisor.backoff import Backoff
+from agents.supervisor.instance import EXIT_GRACE_S
 from agents.supervisor.launch import LaunchPlan, plan_launch
 from agents.supervisor.process import LogTail
 from agents.supervisor.spec import DeploymentSpec, parse_specs
@@ -28,19 +29,30 @@ def deployment(**overrides: Any) -> dict[str, Any]:
             "drain_timeout_s": 30, **overrides}
 
 
+TERM_LEADER = ("leader", signal.SIGTERM)
+KILL_GROUP = ("group", signal.SIGKILL)
+
+
 class FakeProcess:
-    """Exits when told to, or on SIGKILL; SIGTERM exits it only if `obeys_sigterm`."""
+    """Exits when told to, or on SIGKILL; SIGTERM exits it only if `obeys_sigterm`.
+    `signals` records (to whom, signal): the leader alone, or its whole group."""
 
     def __init__(self, pid: int, obeys_sigterm: bool = True) -> None:
         self.pid, self.obeys_sigterm = pid, obeys_sigterm
         self.code: int | None = None
-        self.signals: list[int] = []
+        self.signals: list[tuple[str, int]] = []
 
     def poll(self) -> int | None:
         return self.code
 
+    def signal_leader(self, signum: int) -> None:
+        self._receive("leader", signum)
+
     def signal_group(self, signum: int) -> None:
-        self.signals.append(signum)
+        self._receive("group", signum)
+
+    def _receive(self, whom: str, signum: int) -> None:
+        self.signals.append((whom, signum))
         if self.code is None and signum == signal.SIGKILL:
             self.code = -signal.SIGKILL
         elif self.code is None and signum == signal.SIGTERM and self.obeys_sigterm:
@@ -233,7 +245,7 @@ def test_a_ready_instance_failing_health_three_times_in_a_row_is_killed_and_rest
     host.healthy.clear()
     states = [host.tick()["state"] for _ in range(3)]
     assert states == ["ready", "ready", "crashed"]
-    assert host.processes[0].signals == [signal.SIGKILL]
+    assert host.processes[0].signals == [KILL_GROUP]
     assert host.status()["error"] == "/health failed 3 times in a row"
     assert host.tick()["state"] == "backing_off"
 
@@ -253,7 +265,7 @@ def test_an_instance_never_healthy_within_the_startup_timeout_is_killed():
     host.tick()
     assert host.tick(59.0)["state"] == "starting"
     assert host.tick(1.0)["state"] == "crashed"
-    assert host.processes[0].signals == [signal.SIGKILL]
+    assert host.processes[0].signals == [KILL_GROUP]
 
 
 def test_a_new_revision_drains_the_old_process_then_starts_the_new_one():
@@ -267,9 +279,10 @@ def test_a_new_revision_drains_the_old_process_then_starts_the_new_one():
     host.processes[0].code = 0  # finished its requests and exited
     started = host.tick()
     assert (draining["state"], draining["revision"]) == ("draining", 4)
-    assert still["state"] == "draining" and signals == [signal.SIGTERM]
+    # vLLM's API server alone: a SIGTERM to the EngineCore would abort the running requests.
+    assert still["state"] == "draining" and signals == [TERM_LEADER]
     # Once the leader is gone, SIGKILL reaches any worker it left behind.
-    assert host.processes[0].signals == [signal.SIGTERM, signal.SIGKILL]
+    assert host.processes[0].signals == [TERM_LEADER, KILL_GROUP]
     assert (started["state"], started["revision"], started["pid"]) == ("starting", 5, 101)
     assert host.plans[1].argv[-2:] == ["--max-num-seqs", "64"]
 
@@ -280,10 +293,11 @@ def test_a_drain_past_its_timeout_is_ended_with_sigkill():
     host.processes[0].obeys_sigterm = False
     host.sup.set_desired([deployment(revision=5, drain_timeout_s=10)])
     host.tick()
-    host.tick(9.0)
-    assert host.processes[0].signals == [signal.SIGTERM]
-    host.tick(1.0)  # the deadline: SIGKILL, and the group is gone
-    assert host.processes[0].signals == [signal.SIGTERM, signal.SIGKILL]
+    host.tick(10.0)  # the drain timeout: vLLM aborts what still runs and exits by itself
+    host.tick(EXIT_GRACE_S - 1.0)
+    assert host.processes[0].signals == [TERM_LEADER]
+    host.tick(1.0)  # drain timeout + the grace for its exit: SIGKILL, and the group is gone
+    assert host.processes[0].signals == [TERM_LEADER, KILL_GROUP]
     assert host.tick()["revision"] == 5
 
 
@@ -346,7 +360,7 @@ def test_close_drains_everything_and_leaves_them_stopped():
     host.sup.close(sleep=lambda s: None)
     status = host.status()
     assert (status["state"], status["exit_code"]) == ("stopped", 0)
-    assert host.processes[0].signals[0] == signal.SIGTERM
+    assert host.processes[0].signals[0] == TERM_LEADER
 
 
 def test_closing_before_the_first_tick_starts_nothing_and_reports_nothing():
