@@ -24,6 +24,21 @@ def test_the_agent_gets_its_hosts_enabled_deployments_with_flags_rendered(staff,
     flags = spec["argv"]
     assert flags[flags.index("--max-num-seqs") + 1] == "128"
     assert "--enable-prefix-caching" in flags
+    assert "--shutdown-timeout" not in flags  # 0.11.0 has none (first in 0.18.0)
+
+
+def test_the_drain_timeout_reaches_vllm_as_its_shutdown_timeout_where_it_has_one(
+        staff, gpu_host):
+    # 0.32.0 aborts running requests on SIGTERM unless it is given --shutdown-timeout.
+    staff.post("/api/v1/deployments/", llama(gpu_host.host, vllm_version="0.32.0",
+                                             drain_timeout_s=45), format="json")
+    staff.post("/api/v1/deployments/", llama(gpu_host.host, name="own", port=8001,
+                                             gpu_indices=[1], vllm_version="0.32.0",
+                                             args={"shutdown_timeout": 5}), format="json")
+    new, own = (s["argv"] for s in
+                gpu_host.agent.get("/api/v1/agent/config").json()["deployments"])
+    assert new[new.index("--shutdown-timeout") + 1] == "45"
+    assert own.count("--shutdown-timeout") == 1 and own[own.index("--shutdown-timeout") + 1] == "5"
 
 
 def test_an_agent_sees_no_other_hosts_deployments(staff, gpu_host, db):
