@@ -122,6 +122,44 @@ def _kv_pressed(facts: Facts) -> bool:
     return (facts.kv_avg or 0) >= KV_HIGH and (facts.preemptions_per_s or 0) >= PREEMPTING
 
 
+# The operator's own caps on the KV cache: each overrides what gpu_memory_utilization leaves
+# for it, so under pressure raising the cap is the first thing to try.
+KV_CAPS = ("num_gpu_blocks_override", "kv_cache_memory_bytes")
+# How far one suggestion raises a cap: at least double (pressure that preempts is rarely a
+# few per cent short), at most 4x (the memory may not be there; one step at a time).
+KV_CAP_GROWTH = (2.0, 4.0)
+
+
+def _kv_cap(facts: Facts) -> tuple[str, int] | None:
+    args = facts.deployment.args or {}
+    return next(((name, args[name]) for name in KV_CAPS
+                 if isinstance(args.get(name), int) and args[name] > 0), None)
+
+
+def _raise_kv_cap(facts: Facts, cap: tuple[str, int], proof: list) -> Finding:
+    """Scale the cap with the demand the window saw: what ran plus what waited."""
+    name, current = cap
+    running = max(facts.running_avg or 0.0, 1.0)
+    demand = (running + (facts.waiting_avg or 0.0)) / running
+    low, high = KV_CAP_GROWTH
+    factor = min(high, max(low, demand))
+    proposed = math.ceil(current * factor)
+    proof.append(evidence(facts, "engine.requests_waiting", "avg", facts.waiting_avg,
+                          "demand beside the running requests"))
+    return Finding(
+        Kind.KV_PRESSURE, confidence=_sustained(facts.preempting_share),
+        severity=facts.preemptions_per_s or 0.0, evidence=proof,
+        changes=[change(f"args.{name}", current, proposed)],
+        reasoning=(f"KV cache averaged {facts.kv_avg:.0%} with {facts.preemptions_per_s:.2f} "
+                   f"preemptions/s, and its size is capped by {name}={current}: "
+                   f"{running:.1f} requests ran and {facts.waiting_avg or 0:.1f} waited on "
+                   f"average, so the cap grows x{factor:.1f} (bounded to x{low:g}-x{high:g}). "
+                   f"If the memory is not there, vLLM refuses to start and says so; revert is "
+                   f"one click."),
+        expected="More KV blocks: fewer preemptions and less recompute, at the same "
+                 "concurrency.")
+
+
 def kv_pressure(facts: Facts) -> Finding | None:
     if not _enough(facts) or not _kv_pressed(facts):
         return None
@@ -130,6 +168,8 @@ def kv_pressure(facts: Facts) -> Finding | None:
     proof = [evidence(facts, "engine.kv_cache_usage", "avg", facts.kv_avg, f">= {KV_HIGH}"),
              evidence(facts, "engine.preemptions_per_s", "avg", facts.preemptions_per_s,
                       f">= {PREEMPTING}")]
+    if cap := _kv_cap(facts):
+        return _raise_kv_cap(facts, cap, proof)
     free = _free_gpu_fraction(facts)
     if free is not None and free >= 0.05 and gmu < 0.95:
         proposed = round(min(0.95, gmu + free - 0.02), 2)

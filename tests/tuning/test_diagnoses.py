@@ -48,6 +48,30 @@ def test_kv_pressure_without_spare_memory_lowers_max_num_seqs():
     assert found.changes == [{"field": "args.max_num_seqs", "current": 128, "proposed": 96}]
 
 
+@pytest.mark.parametrize("cap", ["num_gpu_blocks_override", "kv_cache_memory_bytes"])
+def test_kv_pressure_under_the_operators_own_cap_raises_the_cap_first(cap):
+    # Free GPU memory too: the cap overrides gpu_memory_utilization, so raising that would
+    # change nothing.
+    gpu = healthy().gpus[0]
+    found = only(healthy(kv_avg=0.99, kv_max=1.0, preemptions_per_s=0.9, preempting_share=1.0,
+                         running_avg=3.0, waiting_avg=9.0, gpu_mem_used={gpu.id: 0.5 * H200},
+                         deployment=deployment(healthy().host, args={cap: 20})))
+    assert found.kind == "kv_pressure"
+    # 3 ran, 9 waited: demand x4, within the x2-x4 bound.
+    assert found.changes == [{"field": f"args.{cap}", "current": 20, "proposed": 80}]
+    assert f"{cap}=20" in found.reasoning
+    assert "engine.requests_waiting" in {e["metric"] for e in found.evidence}
+
+
+def test_a_raised_cap_at_least_doubles_and_at_most_quadruples():
+    def proposed(running, waiting):
+        facts = healthy(kv_avg=0.99, kv_max=1.0, preemptions_per_s=0.9, preempting_share=1.0,
+                        running_avg=running, waiting_avg=waiting, deployment=deployment(
+                            healthy().host, args={"num_gpu_blocks_override": 100}))
+        return only(facts).changes[0]["proposed"]
+    assert (proposed(10, 0), proposed(10, 15), proposed(2, 30)) == (200, 250, 400)
+
+
 def test_requests_queued_at_the_cap_with_kv_headroom_raise_max_num_seqs():
     found = only(healthy(waiting_avg=14, waiting_share=1.0, running_avg=128, running_max=128,
                          kv_avg=0.35, kv_max=0.4))
