@@ -38,6 +38,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Set by the agent from gpu_indices: a second source of truth would only disagree.
 RESERVED_ENV = {"CUDA_VISIBLE_DEVICES"}
 LOG_LINES = 200  # of a report's log tail, kept
+# A Unix socket path holds 107 characters; vLLM's are TMPDIR + "/" + a 36-character uuid.
+MAX_TMPDIR = 107 - 1 - 36
 
 
 def desired_config(deployment: Deployment) -> dict:
@@ -144,6 +146,11 @@ def _env_errors(env) -> list[str]:
     errors = [f"{k!r} is not a valid variable name" for k in env if not ENV_NAME.match(k)]
     errors += [f"{k}: must be a string" for k, v in env.items() if not isinstance(v, str)]
     errors += [f"{k} is set by the agent from gpu_indices" for k in env if k in RESERVED_ENV]
+    tmpdir = env.get("TMPDIR")
+    if isinstance(tmpdir, str) and len(tmpdir) > MAX_TMPDIR:
+        errors.append(f"TMPDIR is {len(tmpdir)} characters long: vLLM binds its ZMQ sockets at "
+                      f"TMPDIR/<36-character id> and a socket path may have 107 characters at "
+                      f"most, so vLLM would exit at start; use at most {MAX_TMPDIR}")
     return errors
 
 

@@ -69,6 +69,16 @@ def test_cpus_numa_node_env_and_port_are_checked_against_the_host(staff, gpu_hos
     assert "CUDA_VISIBLE_DEVICES" in errors["env"][0]
 
 
+def test_a_tmpdir_too_long_for_vllms_sockets_is_refused_before_vllm_would_exit(
+        staff, gpu_host):
+    too_long = "/var/lib/pitwall-agent/deployments/llama-8b/scratch/tmp/sockets/x" + "y" * 6
+    reply = staff.post(URL, llama(gpu_host.host, env={"TMPDIR": too_long}), format="json")
+    assert reply.status_code == 400 and "107 characters" in reply.json()["env"][0]
+    assert not Deployment.objects.exists()
+    fits = staff.post(URL, llama(gpu_host.host, env={"TMPDIR": too_long[:70]}), format="json")
+    assert fits.status_code == 201
+
+
 def test_a_change_is_a_new_revision_naming_what_changed_and_a_no_op_is_none(staff, gpu_host):
     created = staff.post(URL, llama(gpu_host.host), format="json").json()
     detail = f"{URL}{created['id']}/"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -66,13 +67,16 @@ def engine_vars(workdir: Path, kv_gib: int = 1) -> dict[str, str]:
     """What one engine needs in its environment: offline, its KV-cache size, and its ZMQ
     sockets and compile caches in its own directory (two engines on one host must not share
     them). A deployment's ``env`` carries exactly these."""
-    for sub in ("tmp", "cache", "inductor"):
+    for sub in ("cache", "inductor"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
+    # vLLM's ZMQ socket paths (TMPDIR/<uuid>) must fit 107 characters: pytest's tmp_path may
+    # not, so sockets get a short directory of their own.
+    sockets = tempfile.mkdtemp(prefix="pv-", dir="/tmp")
     return {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
             "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
             # These machines are shared: do not pin OpenMP threads to cores others use.
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "TMPDIR": str(workdir / "tmp"), "VLLM_CACHE_ROOT": str(workdir / "cache"),
+            "TMPDIR": sockets, "VLLM_CACHE_ROOT": str(workdir / "cache"),
             "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor"),
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
