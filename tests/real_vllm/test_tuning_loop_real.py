@@ -145,13 +145,14 @@ def test_kv_pressure_found_accepted_applied_without_loss_and_verified_on_a_real_
         wait_until(lambda: Suggestion.objects.filter(kind="kv_pressure").exists()
                    or rolled_up_pass() and False, 300, explain(agent, pk), every=5)
         s = Suggestion.objects.get(kind="kv_pressure")
-        assert s.changes == [{"field": "args.num_gpu_blocks_override", "current": 20,
-                              "proposed": 80}], s.reasoning
+        [proposal] = s.changes
+        assert proposal["field"] == "args.num_gpu_blocks_override" and proposal["current"] == 20
+        assert 40 <= proposal["proposed"] <= 80, s.reasoning  # x2 to x4 of the cap
         assert api.post(f"/api/v1/suggestions/{s.pk}/accept/").status_code == 200
         wait_until(lambda: Deployment.objects.filter(pk=pk, state="ready", running_revision=2)
                    .exists(), 300, explain(agent, pk), every=1)
         argv = Deployment.objects.get(pk=pk).running_argv
-        assert argv[argv.index("--num-gpu-blocks-override") + 1] == "80"
+        assert argv[argv.index("--num-gpu-blocks-override") + 1] == str(proposal["proposed"])
         assert service.follow_up()["applied"] == 1
         s = wait_until(lambda: (build.catch_up() and False) or service.follow_up()["verified"]
                        and Suggestion.objects.get(pk=s.pk), 300, explain(agent, pk), every=5)
@@ -159,9 +160,10 @@ def test_kv_pressure_found_accepted_applied_without_loss_and_verified_on_a_real_
         load.stop()
     v = s.verification
     assert s.state == "improved", v["summary"]
-    assert v["before"]["preemptions_per_s"] > 0.1 and v["after"]["preemptions_per_s"] < 0.05
+    assert v["before"]["preemptions_per_s"] > 0.1
+    assert v["after"]["preemptions_per_s"] < v["before"]["preemptions_per_s"] / 10
     assert load.losses == [] and load.outcomes["lost"] == 0, load.losses
     assert load.outcomes["completed"] > 0
-    print(f"\nreal tuning loop: {dict(load.outcomes)}; before {v['before']}; "
+    print(f"\nreal tuning loop: {proposal}; {dict(load.outcomes)}; before {v['before']}; "
           f"after {v['after']}")
     assert agent.stop(timeout=90) == 0 and "Traceback" not in agent.output()
