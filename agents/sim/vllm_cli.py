@@ -5,7 +5,7 @@
 Flags the simulation models change it; every other flag of ``vllm serve`` is accepted and
 named once on stderr as ignored, so the agent's supervisor can start it with the argv it would
 give the real server. Flags of the simulation only (real vLLM has none): ``--load``,
-``--seed``, ``--startup-seconds``, ``--drain-seconds``, ``--gpu-indices``, ``--gpu-mem-bytes``,
+``--seed``, ``--startup-seconds``, ``--gpu-indices``, ``--gpu-mem-bytes``,
 ``--cpu-contention`` and ``--cpu-quota``. A deployment run by the agent's supervisor passes
 vLLM's flags only, so the knobs of the load also come from its environment:
 ``PITWALL_SIM_LOAD`` (requests/s), ``PITWALL_SIM_SEED`` and ``PITWALL_SIM_CPU_CONTENTION``; a
@@ -63,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-quota", type=float, default=None,
                    help="simulation only: a cgroup CPU quota in cores (default: the real "
                         "cgroup's, if it has one)")
-    p.add_argument("--drain-seconds", type=float, default=30.0,
-                   help="simulation only: on SIGTERM, how long running requests may finish")
+    p.add_argument("--shutdown-timeout", type=int, default=0,
+                   help="as vLLM's: on SIGTERM, how long running requests may finish; 0 "
+                        "aborts them")
     return p
 
 
@@ -80,7 +81,8 @@ def parse_known(argv: Sequence[str]) -> tuple[SimOptions, list[str]]:
     indices = a.gpu_indices or (visible if visible.replace(",", "").isdigit() else None)
     gpus = None if indices is None else [int(i) for i in indices.split(",") if i]
     options = SimOptions(engine, a.host, a.port, a.data_parallel_size, gpus, a.load, a.seed,
-                         a.startup_seconds, a.drain_seconds, api_server_count=a.api_server_count,
+                         a.startup_seconds, a.shutdown_timeout,
+                         api_server_count=a.api_server_count,
                          cpu_contention=a.cpu_contention, cpu_quota=a.cpu_quota)
     return options, _flag_names(extras)
 
@@ -117,13 +119,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         server.close()
         return 0
-    _drain(server, options.drain_seconds)
+    _drain(server, options.shutdown_timeout)
     server.close()
     return 0
 
 
 def _drain(server: RunningServer, timeout_s: float) -> None:
-    print("pitwall-sim vllm: SIGTERM, draining", file=sys.stderr, flush=True)
+    if timeout_s <= 0:
+        print("pitwall-sim vllm: SIGTERM with --shutdown-timeout 0: aborting running requests",
+              file=sys.stderr, flush=True)
+        server.abort()
+        return
+    print(f"pitwall-sim vllm: SIGTERM, draining for up to {timeout_s:g} s", file=sys.stderr,
+          flush=True)
     if not server.drain(timeout_s):
-        print(f"pitwall-sim vllm: requests still running after {timeout_s:g} s; exiting",
+        print(f"pitwall-sim vllm: requests still running after {timeout_s:g} s: aborted",
               file=sys.stderr, flush=True)

@@ -10,9 +10,13 @@ tokens. /metrics is exactly vLLM's; the simulation says what it is only on /v1/m
 
 It takes ``vllm serve``'s flags: those it models change the simulation, every other one is
 accepted and named once on stderr as ignored, so the agent's supervisor can start it with the
-argv it would give the real server. On SIGTERM it drains like vLLM's API server: new
-completions and /health get 503 while the running requests finish, for at most
-``--drain-seconds`` (a flag of the simulation only; real vLLM has none), then it exits 0.
+argv it would give the real server. On SIGTERM it does what vLLM 0.32's API server does
+(measured, and compared by tests/real_vllm/test_sim_sigterm_matches_real.py): with
+``--shutdown-timeout N`` (N > 0) the running requests finish, for at most N seconds, while
+/health still answers 200 and a new completion gets a 500 ("cannot schedule new futures after
+shutdown"); with vLLM's default, 0, every running completion gets a 500 (the EngineCore's
+"encountered an issue") at once. Then it exits 0. Real vLLM also cuts running streams short;
+the simulation serves no streams.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ class SimOptions:
     load: float = 4.0
     seed: int | None = None
     startup_seconds: float = 0.0
-    drain_seconds: float = 30.0  # sim-only: how long SIGTERM lets running requests finish
+    shutdown_timeout: float = 0.0  # vLLM's --shutdown-timeout: 0 aborts on SIGTERM
     api_server_count: int = 1
     cpus: list[int] | None = None  # None: this process's real affinity, read at start
     cpu_quota: float | None = None  # cores; None: the real cgroup's quota, if any
@@ -68,6 +72,13 @@ class SimOptions:
     cpu_window_s: float = 1.0  # /sim/state's CPU use is averaged over this much time
     pid: int | None = None  # reported as the engine's pid; None: this process's
     mix: str = "chat"  # the synthetic traffic's workload mix (agents/sim/workload.MIXES)
+
+
+# vLLM 0.32's own messages: a request that reaches a draining server, and one that was running
+# when the engine was shut down under it.
+SHUTTING_DOWN = "cannot schedule new futures after shutdown"
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+ABORT_REPLY_S = 5.0  # for the aborted requests' replies to be written before the exit
 
 
 class ApiError(Exception):
@@ -95,6 +106,7 @@ class SimVllm:
         self.wake = threading.Event()  # tells the ticker a completion now waits
         self.waiters = 0
         self.draining = threading.Event()  # SIGTERM: refuse new work, finish what runs
+        self.aborted = threading.Event()  # what still runs fails, as vLLM's abort does
         self.in_flight = 0  # HTTP requests between their first byte and their reply's last
         self.idle = threading.Condition(self.lock)
         self._seen_prompts: set[int] = set()
@@ -167,10 +179,9 @@ class SimVllm:
         done = threading.Event()
         request = self._submit(prompt, max_tokens, self._seen(body.get("prompt")), done)
         try:
-            while not done.wait(0.5):
-                if self.closed.is_set():
-                    raise ApiError(503, "the server is shutting down",
-                                   "ServiceUnavailableError")
+            while not done.wait(0.1):
+                if self.aborted.is_set() or self.closed.is_set():
+                    raise ApiError(500, ENGINE_DEAD, "InternalServerError")
         finally:
             with self.lock:
                 self.waiters -= 1
@@ -186,7 +197,7 @@ class SimVllm:
             # Checked under the lock that counts waiters, so a drain sees every request it
             # must wait for.
             if self.draining.is_set():
-                raise ApiError(503, "the server is shutting down", "ServiceUnavailableError")
+                raise ApiError(500, SHUTTING_DOWN, "InternalServerError")
             engine = min(self.engines, key=lambda e: len(e.waiting) + len(e.running))
             spec = RequestSpec(prompt, max_tokens, max_tokens, prompt if seen else 0)
             try:
@@ -340,9 +351,7 @@ class Handler(BaseHTTPRequestHandler):
         if not sim.ready:
             raise ApiError(503, "the engine is starting", "ServiceUnavailableError")
         if path == "/health":
-            if sim.draining.is_set():
-                raise ApiError(503, "the server is shutting down", "ServiceUnavailableError")
-            return 200, b"", {}
+            return 200, b"", {}  # vLLM's still says healthy while it drains
         if path == "/metrics":
             return 200, *sim.scrape(self.headers.get("Accept", ""),
                                     self.headers.get("Accept-Encoding", ""))
@@ -396,9 +405,19 @@ class RunningServer:
             sim.tick()
 
     def drain(self, timeout_s: float) -> bool:
-        """Refuse new completions and let the running ones answer; False if some did not."""
+        """Refuse new completions and let the running ones answer for at most timeout_s;
+        what still runs then is aborted (False), as vLLM does after its shutdown timeout."""
         self.sim.draining.set()
-        return self.sim.wait_idle(timeout_s)
+        if timeout_s > 0 and self.sim.wait_idle(timeout_s):
+            return True
+        self.abort()
+        return timeout_s <= 0
+
+    def abort(self) -> None:
+        """Fail every running completion with vLLM's 500 and wait until each has answered."""
+        self.sim.draining.set()
+        self.sim.aborted.set()
+        self.sim.wait_idle(ABORT_REPLY_S)
 
     def close(self) -> None:
         self.sim.closed.set()
