@@ -27,7 +27,7 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "prompt_tokens": ("vllm:prompt_tokens",),
     "generation_tokens": ("vllm:generation_tokens",),
     "requests_finished": ("vllm:request_success",),
-    "admission_rejections": ("vllm:admission_rejections",),  # vLLM 0.33+ only
+    "admission_rejections": ("vllm:admission_rejections",),  # recent vLLM (0.32 has it)
     "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
     "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
 }

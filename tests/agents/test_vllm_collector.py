@@ -16,6 +16,7 @@ from agents.collectors.vllm import VllmCollector
 from agents.protocol import wire_keys
 from tests.agents.vllm_samples import (
     MALFORMED,
+    REAL_0_32,
     bounds,
     bump,
     label_sets,
@@ -58,8 +59,9 @@ def _by_name(samples: list[dict]) -> dict[str, dict]:
     return {sample["name"]: sample for sample in samples}
 
 
-def test_the_first_scrape_has_gauges_but_no_rates_or_histograms():
-    text = sample_text(V0_33)
+@pytest.mark.parametrize("name", [V0_33, REAL_0_32])
+def test_the_first_scrape_has_gauges_but_no_rates_or_histograms(name):
+    text = sample_text(name)
     (first,) = _collector(text).collect()
     assert first == {"name": "vllm:8000/0", "up": 1,
                      "requests_running": series(text, "vllm:num_requests_running"),
@@ -86,8 +88,9 @@ def test_rates_are_the_counter_increase_over_the_monotonic_interval():
     assert sample["admission_rejections_per_s"] == pytest.approx(5 / dt)
 
 
-def test_histogram_deltas_are_per_bucket_with_one_more_count_than_bounds():
-    before = sample_text(V0_33)
+@pytest.mark.parametrize("name", [V0_33, REAL_0_32])
+def test_histogram_deltas_are_per_bucket_with_one_more_count_than_bounds(name):
+    before = sample_text(name)
     after = observe(before, TTFT, 0.09, times=2)  # lands in the le=0.1 bucket
     after = observe(after, TTFT, 0.3, times=1)
     after = observe(after, TTFT, 5000.0, times=4)  # above every bound: +Inf
@@ -292,8 +295,9 @@ def test_inventory_before_any_good_scrape_names_the_engine_collect_reports():
                                       "simulated": False}]
 
 
-def test_every_key_sent_is_in_the_catalog_and_the_sample_is_strict_json():
-    before = sample_text(V0_33)
+@pytest.mark.parametrize("name", [V0_33, REAL_0_32])
+def test_every_key_sent_is_in_the_catalog_and_the_sample_is_strict_json(name):
+    before = sample_text(name)
     after = observe(bump(before, "vllm:prefix_cache_queries_total", 10), TTFT, 0.5)
     collector = _collector(before, after)
     collector.collect()

