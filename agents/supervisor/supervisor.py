@@ -17,13 +17,15 @@ from typing import Any
 
 from agents.supervisor.backoff import Backoff
 from agents.supervisor.health import http_health
-from agents.supervisor.instance import Instance, Runtime
+from agents.supervisor.instance import EXIT_GRACE_S, Instance, Runtime
 from agents.supervisor.launch import DEFAULT_COMMAND, LaunchPlan, plan_launch
 from agents.supervisor.process import LogTail, Process
 from agents.supervisor.process import spawn as spawn_process
 from agents.supervisor.spec import DeploymentSpec, parse_specs
 
-CLOSE_GRACE_S = 10.0  # beyond the longest drain timeout, for SIGKILLed groups to go
+# Beyond the longest drain timeout: vLLM's own exit grace, after which an instance SIGKILLs its
+# group, and then time for the killed group to go; less would leave vLLM running unsupervised.
+CLOSE_GRACE_S = EXIT_GRACE_S + 10.0
 
 
 class Supervisor:

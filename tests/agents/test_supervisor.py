@@ -363,6 +363,17 @@ def test_close_drains_everything_and_leaves_them_stopped():
     assert host.processes[0].signals[0] == TERM_LEADER
 
 
+def test_close_waits_for_a_stuck_drain_to_be_killed_before_it_returns():
+    host = Host()
+    host.run_ready(deployment(drain_timeout_s=10))
+    host.processes[0].obeys_sigterm = False  # vLLM hung in its drain
+    host.sup.close(sleep=lambda s: setattr(host, "now", host.now + s))
+    # Killed at drain timeout + EXIT_GRACE_S (and its leftovers once the leader is gone), not
+    # abandoned running when the agent exits.
+    assert host.processes[0].signals == [TERM_LEADER, KILL_GROUP, KILL_GROUP]
+    assert host.status()["state"] == "stopped"
+
+
 def test_closing_before_the_first_tick_starts_nothing_and_reports_nothing():
     host = Host()
     host.sup.set_desired([deployment()])
