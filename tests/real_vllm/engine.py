@@ -154,19 +154,26 @@ class RealVllm:
 
 def stream_tokens(url: str, model: str, prompt: str, max_tokens: int,
                   timeout: float = 300) -> int:
-    """A streaming completion: how many tokens arrived before the stream ended. vLLM ends a
-    stream it aborts with [DONE] too, so only the count tells a cut stream from a whole one."""
+    """A streaming completion: how many tokens it generated, from the usage vLLM sends last
+    (a chunk may carry several tokens when the client reads slower than they come), else the
+    chunks that carried text. vLLM ends a stream it aborts with [DONE] too, so only this count
+    tells a cut stream from a whole one."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True,
-            "stream": True}
+            "stream": True, "stream_options": {"include_usage": True}}
     request = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-    tokens = 0
+    chunks, usage = 0, None
     with urllib.request.urlopen(request, timeout=timeout) as reply:
         for raw in reply:
             line = raw.decode().strip()
-            if line.startswith("data: {"):
-                tokens += 1
-    return tokens
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[len("data: "):])
+            if chunk.get("usage"):
+                usage = chunk["usage"]["completion_tokens"]
+            if chunk.get("choices"):
+                chunks += 1
+    return usage if usage is not None else chunks
 
 
 def post_json(url: str, body: dict, timeout: float) -> dict:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
+from agents.collectors.process import ProcessCollector
 from tests.real_vllm.sim import SimVllm, families
 
 pytestmark = pytest.mark.real_vllm
@@ -51,3 +53,28 @@ def test_the_simulated_metrics_match_the_real_servers_but_for_the_listed_reasons
         assert sim_type == real_type, name
         extra, _why = LABELS_ONLY_SIM.get(name, (set(), ""))
         assert (sim_labels - real_labels, real_labels - sim_labels) == (extra, set()), name
+
+
+def test_the_process_collector_attributes_the_whole_real_process_tree_to_the_engine(
+        real_vllm):
+    """vLLM V1 serves from three processes (the API server that listens, its EngineCore, the
+    worker the EngineCore starts) plus multiprocessing's resource tracker: all of them are
+    the engine's, with their memory and, once two samples apart, their CPU."""
+    collector = ProcessCollector()
+    pids = collector.find_engine_pids(real_vllm.port)
+    collector.collect({"vllm": pids}, {})
+    real_vllm.load(8, 32, 4)  # the engine works between the two samples
+    samples = {s["pid"]: s for s in collector.collect({"vllm": pids}, {})}
+
+    # Their titles (setproctitle) are in the command line; comm is cut at 15 characters.
+    names = {pid: " ".join(psutil.Process(pid).cmdline()) for pid in pids}
+    api_server = real_vllm.process.proc.pid
+    assert api_server in pids and "vllm serve" in names[api_server]
+    assert any(name.startswith("VLLM::EngineCore") for name in names.values()), names
+    assert any(name.startswith("VLLM::Worker") for name in names.values()), names
+    assert set(samples) == set(pids)
+    assert all(s["engine"] == "vllm" and s["rss_bytes"] > 0 for s in samples.values())
+    # The worker runs the model: it, not the API server, carries most of the memory.
+    worker = next(pid for pid, name in names.items() if name.startswith("VLLM::Worker"))
+    assert samples[worker]["rss_bytes"] > samples[api_server]["rss_bytes"] / 2
+    assert sum(s.get("cpu_pct", 0) for s in samples.values()) > 0
