@@ -152,8 +152,16 @@ class RealVllm:
         return self.process.stop(timeout)
 
 
+@dataclass
+class Stream:
+    """How far a stream got: text chunks seen, and the tokens vLLM's usage chunk reported."""
+
+    chunks: int = 0
+    tokens: int = 0
+
+
 def stream_tokens(url: str, model: str, prompt: str, max_tokens: int,
-                  timeout: float = 300) -> int:
+                  timeout: float = 300, progress: Stream | None = None) -> int:
     """A streaming completion: how many tokens it generated, from the usage vLLM sends last
     (a chunk may carry several tokens when the client reads slower than they come), else the
     chunks that carried text. vLLM ends a stream it aborts with [DONE] too, so only this count
@@ -162,7 +170,7 @@ def stream_tokens(url: str, model: str, prompt: str, max_tokens: int,
             "stream": True, "stream_options": {"include_usage": True}}
     request = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-    chunks, usage = 0, None
+    got, usage = progress or Stream(), None
     with urllib.request.urlopen(request, timeout=timeout) as reply:
         for raw in reply:
             line = raw.decode().strip()
@@ -172,8 +180,9 @@ def stream_tokens(url: str, model: str, prompt: str, max_tokens: int,
             if chunk.get("usage"):
                 usage = chunk["usage"]["completion_tokens"]
             if chunk.get("choices"):
-                chunks += 1
-    return usage if usage is not None else chunks
+                got.chunks += 1
+    got.tokens = usage if usage is not None else got.chunks
+    return got.tokens
 
 
 def post_json(url: str, body: dict, timeout: float) -> dict:
