@@ -78,8 +78,9 @@ class Load:
             self.losses.append(f"HTTP {exc.code}: {body[:200]}")
             return "lost"
         except OSError as exc:
-            if got.chunks == 0:
-                return "refused"  # no byte of an answer: the connection never reached vLLM
+            reason = getattr(exc, "reason", exc)  # urllib wraps the socket's error
+            if got.chunks == 0 and isinstance(reason, ConnectionError):
+                return "refused"  # refused or reset before any answer: vLLM never took it
             self.losses.append(f"{exc!r} after {got.chunks} chunks")
             return "lost"
         if got.tokens != TOKENS:
