@@ -9,29 +9,25 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Deployment, Gpu, Host
-from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from controlplane.telemetry.rollups import build
 from controlplane.tuning import service
 from controlplane.tuning.models import Suggestion
 from tests.live import free_port, sim_agent, start_server, wait_until
-
-WINDOW_S = 60
+from tests.tuning.loop import (
+    agent_token_file,
+    rolled_up_follow_up,
+    rolled_up_pass,
+    short_windows,
+    staff_api,
+)
 
 
 @pytest.fixture
 def stack(empty_samples, tmp_path, settings):
-    settings.PITWALL = {**settings.PITWALL, "TUNING_WINDOW_S": WINDOW_S,
-                        "TUNING_VERIFY_WINDOW_S": WINDOW_S, "TUNING_SETTLE_S": 0,
-                        "ROLLUP_SETTLE_S": 2, "ROLLUP_INTERVAL_S": 1}
-    get_user_model().objects.create_user("lead", is_staff=True)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('lead')}")
-    token_file = tmp_path / "token"
-    token_file.write_text(issue_agent_token("tuned-host")[0])
+    short_windows(settings)
+    api = staff_api()
+    token_file = agent_token_file(tmp_path, "tuned-host")
     port = free_port()
     server = start_server(port, tmp_path / "server.log")
     agent = sim_agent(port, token_file, "tuned-host", tmp_path / "spool", gpus=1, interval=1,
@@ -39,11 +35,6 @@ def stack(empty_samples, tmp_path, settings):
     yield api, agent
     agent.stop()
     server.stop()
-
-
-def rolled_up_pass():
-    build.catch_up()
-    return service.tuning_pass()
 
 
 def test_accept_apply_verify_through_a_real_agent(stack):
@@ -76,7 +67,7 @@ def test_accept_apply_verify_through_a_real_agent(stack):
 
     assert service.follow_up()["applied"] == 1
     time.sleep(1)
-    s = wait_until(lambda: (build.catch_up() and False) or service.follow_up()["verified"]
+    s = wait_until(lambda: rolled_up_follow_up()["verified"]
                    and Suggestion.objects.get(pk=s.pk), 240, agent.output, every=5)
     v = s.verification
     assert s.state == "improved", v["summary"]

@@ -13,19 +13,22 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Deployment, Host
-from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from controlplane.telemetry.rollups import build
 from controlplane.tuning import service
 from controlplane.tuning.models import Suggestion
 from tests.live import Process, free_port, start_server, wait_until
 from tests.real_vllm.engine import VERSION, Stream, engine_vars, stream_tokens
+from tests.tuning.loop import (
+    agent_token_file,
+    rolled_up_follow_up,
+    rolled_up_pass,
+    short_windows,
+    staff_api,
+)
 
 pytestmark = pytest.mark.real_vllm
-WINDOW_S = 60
 TOKENS = 150
 CLIENTS = 14  # x ~160 tokens: 3.5x what 20 blocks of 32 hold, within 80 (the x4 bound)
 CAP = 20  # blocks of 32: 640 tokens (16 would not start: one max_model_len request, and more)
@@ -91,14 +94,9 @@ class Load:
 
 @pytest.fixture
 def stack(empty_samples, tmp_path, settings, vllm_install):
-    settings.PITWALL = {**settings.PITWALL, "TUNING_WINDOW_S": WINDOW_S,
-                        "TUNING_VERIFY_WINDOW_S": WINDOW_S, "TUNING_SETTLE_S": 0,
-                        "ROLLUP_SETTLE_S": 2, "ROLLUP_INTERVAL_S": 1}
-    get_user_model().objects.create_user("lead", is_staff=True)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('lead')}")
-    token_file = tmp_path / "token"
-    token_file.write_text(issue_agent_token("cpu-host")[0])
+    short_windows(settings)
+    api = staff_api()
+    token_file = agent_token_file(tmp_path, "cpu-host")
     port = free_port()
     server = start_server(port, tmp_path / "server.log")
     agent = Process([sys.executable, "-m", "agents", "run", "--server",
@@ -120,11 +118,6 @@ def explain(agent: Process, pk: int):
         return (f"{agent.output()[-3000:]}\ndeployment: {d.get('state')} {d.get('error')}\n"
                 f"suggestions: {found}\n{tail[-3000:]}")
     return text
-
-
-def rolled_up_pass():
-    build.catch_up()
-    return service.tuning_pass()
 
 
 def deploy(api: APIClient, host: Host, model: Path, workdir: Path) -> int:
@@ -160,7 +153,7 @@ def test_kv_pressure_found_accepted_applied_without_loss_and_verified_on_a_real_
         argv = Deployment.objects.get(pk=pk).running_argv
         assert argv[argv.index("--num-gpu-blocks-override") + 1] == str(proposal["proposed"])
         assert service.follow_up()["applied"] == 1
-        s = wait_until(lambda: (build.catch_up() and False) or service.follow_up()["verified"]
+        s = wait_until(lambda: rolled_up_follow_up()["verified"]
                        and Suggestion.objects.get(pk=s.pk), 300, explain(agent, pk), every=5)
     finally:
         load.stop()
