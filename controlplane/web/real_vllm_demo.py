@@ -15,6 +15,7 @@ import ctypes.util
 import os
 import shlex
 import socket
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,10 +91,13 @@ class RealVllmDemo:
             return False
         if not Deployment.objects.filter(host=host, name=DEPLOYMENT_NAME).exists():
             scratch = self.workdir / "engine"
-            env = {**ENV, "TMPDIR": str(scratch / "tmp"), "VLLM_CACHE_ROOT": str(scratch / "cache"),
+            # vLLM's ZMQ sockets go in TMPDIR and must fit a 107-character path: the checkout
+            # may be deep, so they get a short directory of their own.
+            sockets = Path(tempfile.gettempdir(), f"pitwall-vllm-{self.port}")
+            env = {**ENV, "TMPDIR": str(sockets), "VLLM_CACHE_ROOT": str(scratch / "cache"),
                    "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor")}
-            for sub in ("tmp", "cache", "inductor"):
-                (scratch / sub).mkdir(parents=True, exist_ok=True)
+            for path in (sockets, scratch / "cache", scratch / "inductor"):
+                path.mkdir(parents=True, exist_ok=True)
             deployments.save(Deployment(
                 host=host, name=DEPLOYMENT_NAME, model=str(self.model), port=self.port,
                 gpu_indices=[], args=ARGS, vllm_version=VLLM_VERSION, env=env,

@@ -40,8 +40,10 @@ def test_the_deployment_runs_the_cpu_build_without_gpus_and_is_made_once(db, dem
     [d] = Deployment.objects.all()
     assert d.gpu_indices == [] and d.port == 18400 and d.vllm_version == VLLM_VERSION
     assert d.model == str(demo.model) and d.revision == 1
-    # Its sockets and compile caches stay in its own directory.
-    assert d.env["TMPDIR"].startswith(str(demo.workdir)) and d.env["HF_HUB_OFFLINE"] == "1"
+    # Its compile caches stay in its own directory; its sockets in a short one (a Unix socket
+    # path holds 107 characters, and pytest's tmp_path alone is longer than the limit allows).
+    assert d.env["VLLM_CACHE_ROOT"].startswith(str(demo.workdir))
+    assert d.env["TMPDIR"].endswith("pitwall-vllm-18400") and d.env["HF_HUB_OFFLINE"] == "1"
 
 
 def test_the_agent_supervises_real_vllm_from_its_environment(demo, tmp_path):
