@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,10 +80,9 @@ def engine_vars(workdir: Path, kv_gib: int = 1) -> dict[str, str]:
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
 
-def engine_env(workdir: Path, kv_gib: int = 1, base: Mapping[str, str] | None = None
-               ) -> dict[str, str]:
+def engine_env(workdir: Path, kv_gib: int = 1) -> dict[str, str]:
     """The whole environment of an engine started here: ours plus `engine_vars`."""
-    return {**(os.environ if base is None else base), **engine_vars(workdir, kv_gib)}
+    return {**os.environ, **engine_vars(workdir, kv_gib)}
 
 
 class RealVllm:
@@ -190,10 +188,3 @@ def post_json(url: str, body: dict, timeout: float) -> dict:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as reply:
         return json.loads(reply.read())
-
-
-def run_vllm(found: Install, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """A `vllm` subcommand of the real install (e.g. `serve --help=all`), its output captured."""
-    env = engine_env(Path(os.environ.get("TMPDIR", "/tmp")) / "pitwall-vllm-cli")
-    return subprocess.run([str(found.vllm), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
