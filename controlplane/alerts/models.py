@@ -128,6 +128,7 @@ class Alert(models.Model):
     ack_comment = models.CharField(max_length=500, blank=True)
 
     class Meta:
+        permissions = [("ack_alert", "Can acknowledge alerts")]
         constraints = [
             models.UniqueConstraint(fields=["rule", "target"], name="alert_unique_rule_target"),
         ]

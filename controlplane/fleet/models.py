@@ -96,22 +96,31 @@ class AgentToken(models.Model):
     lookup = models.CharField(max_length=16, unique=True)
     digest = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)  # None: until revoked
+    last_used_at = models.DateTimeField(null=True)
     revoked_at = models.DateTimeField(null=True)
 
     def __str__(self) -> str:
         return f"agent token {self.lookup} for {self.host_id}"
 
 
+class TokenScope(models.TextChoices):
+    READ = "read", "read-only"  # safe methods only, whatever the user may do
+    WRITE = "write", "read-write"  # everything the user may do
+
+
 class ApiToken(models.Model):
-    """A credential for the REST API acting as one user."""
+    """A credential for the REST API acting as one user, with at most that user's rights."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
     name = models.CharField(max_length=100, blank=True)
+    scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.WRITE)
     lookup = models.CharField(max_length=16, unique=True)
     digest = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)  # None: until revoked
     last_used_at = models.DateTimeField(null=True)
     revoked_at = models.DateTimeField(null=True)
 
@@ -168,6 +177,11 @@ class Deployment(models.Model):
 
     class Meta:
         ordering = ["host_id", "name"]
+        permissions = [
+            # trust_remote_code, plugins, middleware, templates from paths, loader variables:
+            # code of the deployer's choosing runs on the GPU host (docs/security.md).
+            ("deploy_code", "Can deploy arguments that load code"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["host", "name"], name="deployment_unique_name"),
             models.UniqueConstraint(fields=["host", "port"], name="deployment_unique_port"),

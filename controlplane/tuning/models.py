@@ -65,6 +65,7 @@ class Suggestion(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        permissions = [("decide_suggestion", "Can accept, dismiss and revert suggestions")]
         constraints = [
             # One open suggestion per deployment and diagnosis: a pass refreshes it in place.
             models.UniqueConstraint(fields=["deployment", "kind"],
