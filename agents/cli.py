@@ -136,7 +136,8 @@ def _supervision(config: AgentConfig, sources: Sources, shipper: Shipper,
                         list(config.vllm_metrics_urls), nvml, _sim_state_source())
     log.info("supervising vLLM deployments with: %s", " ".join(command))
     return _Supervision(Reconciler(ControlClient(config.server, config.token),
-                                   Supervisor(command), lambda: shipper.config_version,
+                                   Supervisor(command, secrets=(config.token,)),
+                                   lambda: shipper.config_version,
                                    engines, warn))
 
 

@@ -29,14 +29,16 @@ from agents.vllm_args_catalog import (
     CATALOG,
     DEFAULT_VERSION,
     KNOWN_VERSIONS,
+    LOADER_ENV,
+    LOADER_ENV_PREFIXES,
     ArgSpec,
     BoolStyle,
 )
 
 __all__ = [
     "CATALOG", "DEFAULT_VERSION", "KNOWN_VERSIONS", "NEWEST_VERSION", "UNRECOGNIZED",
-    "ArgError", "ArgSpec", "available", "from_argv", "parse_version", "to_argv", "validate",
-    "version_note",
+    "ArgError", "ArgSpec", "argv_problems", "available", "code_loading_args", "from_argv",
+    "loader_env", "option_like", "parse_version", "to_argv", "validate", "version_note",
 ]
 
 NEWEST_VERSION = KNOWN_VERSIONS[-1]
@@ -153,7 +155,7 @@ def _type_problem(spec: ArgSpec, value: Any) -> str | None:
         return None if math.isfinite(value) else f"must be a finite number, {got}"
     if spec.kind in ("str", "choice"):
         ok = isinstance(value, str) and value.strip()
-        return None if ok else f"must be a non-empty string, {got}"
+        return _text_problem(value) if ok else f"must be a non-empty string, {got}"
     if spec.kind == "strs":
         return _strs_problem(value, got)
     return None
@@ -162,8 +164,24 @@ def _type_problem(spec: ArgSpec, value: Any) -> str | None:
 def _strs_problem(value: Any, got: str) -> str | None:
     items = [value] if isinstance(value, str) else value
     if isinstance(items, list) and items and all(isinstance(i, str) and i.strip() for i in items):
-        return None
+        return next(filter(None, map(_text_problem, items)), None)
     return f"must be a non-empty string or list of non-empty strings, {got}"
+
+
+def option_like(text: str) -> bool:
+    """Whether vLLM's argparse (or any getopt-style reader) would take `text` as an option."""
+    return text.startswith("-")
+
+
+def _text_problem(text: str) -> str | None:
+    """A string value is one argv token: it must not read as an option, nor hold a NUL (exec
+    refuses those)."""
+    if option_like(text):
+        return (f"{text!r} would be read as an option (it starts with '-'), not as this "
+                "argument's value; values may not start with '-'")
+    if "\x00" in text:
+        return f"{text!r} holds a NUL character"
+    return None
 
 
 def _value_problem(spec: ArgSpec, value: Any, parsed: Version, version: str) -> str | None:
@@ -357,3 +375,35 @@ def _parse_int(raw: str, *, human: bool) -> int:
     if match:
         return int(float(match.group(1)) * _SUFFIXES[match.group(2)])
     return int(raw)
+
+
+# --- what a command line or a config would make vLLM load ---------------------------------
+
+
+def argv_problems(argv: Sequence[str], version: str) -> list[str]:
+    """Why `argv` (the flags a control plane rendered) is not one `to_argv` could have made for
+    `version`: a token the catalog does not read (an unknown flag, a stray value) or a value
+    `validate` refuses (one that reads as an option). Empty when it is. The agent checks the
+    flags it is given with this, so an older control plane cannot pass an option through."""
+    try:
+        parse_version(version)
+    except ValueError as exc:
+        return [str(exc)]
+    read = from_argv(argv, version)
+    problems = [f"{token!r} is not an argument Pitwall renders for vLLM {version}"
+                for token in read.pop(UNRECOGNIZED, [])]
+    return problems + [error.message for error in validate(read, version)]
+
+
+def code_loading_args(args: Mapping[str, Any]) -> list[str]:
+    """The arguments in `args` that make vLLM import or run code the config chooses (a boolean
+    one only when true), in catalog order."""
+    return [dest for dest, spec in CATALOG.items()
+            if spec.loads_code and dest in args and args[dest] is not False]
+
+
+def loader_env(env: Mapping[str, Any]) -> list[str]:
+    """The names in `env` that make a process load code they name (the catalog's LOADER_ENV
+    and LOADER_ENV_PREFIXES), sorted."""
+    return sorted(name for name in env if isinstance(name, str) and (
+        name in LOADER_ENV or name.startswith(LOADER_ENV_PREFIXES)))

@@ -54,6 +54,9 @@ class ArgSpec:
     sentinel: tuple[int, str, str] | None = None
     aliases: tuple[str, ...] = ()  # short flags, read back by from_argv only
     removal_hint: str = ""  # what to do instead once the argument is gone
+    # Makes vLLM import or run code the config chooses (a bool: when true). Setting one needs
+    # the control plane's fleet.deploy_code permission (docs/deployments.md, "Code loading").
+    loads_code: bool = False
 
 
 def _grow(
@@ -170,7 +173,7 @@ _ENTRIES: tuple[ArgSpec, ...] = (
     _spec("revision", "str", "Model revision (branch, tag or commit) to load."),
     _spec("download_dir", "str", "Where to download and cache the weights."),
     _spec("trust_remote_code", "bool", "Run the model repository's own Python code.",
-          bool_style=_OLD_STORE_TRUE_UNTIL_0_9),
+          bool_style=_OLD_STORE_TRUE_UNTIL_0_9, loads_code=True),
     _spec("served_model_name", "strs", "Model name(s) clients use in API requests."),
     _spec("generation_config", "str", "Where default sampling parameters come from: auto, "
           "vllm, or a folder."),
@@ -206,3 +209,32 @@ _ENTRIES: tuple[ArgSpec, ...] = (
 )
 
 CATALOG: dict[str, ArgSpec] = {spec.dest: spec for spec in _ENTRIES}
+
+# vLLM arguments that load code the config names are left out of the catalog on purpose, so
+# they are refused as unknown: --tool-parser-plugin, --reasoning-parser-plugin, --middleware,
+# --chat-template and the other templates (a path), --worker-extension-cls,
+# --logits-processors. One added later must be marked loads_code=True.
+
+# Environment variables that make a process load or run code they name (a library, a module
+# path, a startup script, a plugin) instead of configuring it. A deployment's env may not set
+# them unless the control plane allows it (PITWALL_DEPLOY_ALLOW_LOADER_ENV) and the writer
+# holds fleet.deploy_code. Exact names, then prefixes (every name starting with one).
+LOADER_ENV: frozenset[str] = frozenset({
+    # The dynamic loader (glibc; DYLD_* on macOS via the prefixes) and glibc's iconv modules.
+    "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH",
+    # Python: where imports come from, what runs at start, what a warning filter imports.
+    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONINSPECT",
+    "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
+    "PYTHONEXECUTABLE",
+    # Shells that read a script named by the environment; other interpreters' equivalents.
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND",
+    "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
+    # CUDA and NCCL load a library or plugin the variable names.
+    "CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN",
+    "NCCL_ENV_PLUGIN",
+    # OpenSSL configuration and engines/providers are shared libraries.
+    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES",
+    # vLLM hands this JSON to logging.config.dictConfig, whose "()" keys import and call.
+    "VLLM_LOGGING_CONFIG_PATH",
+})
+LOADER_ENV_PREFIXES: tuple[str, ...] = ("LD_", "DYLD_", "BASH_FUNC_")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +16,11 @@ from agents.collectors.numa import parse_cpulist
 from agents.supervisor.spec import DeploymentSpec
 
 DEFAULT_COMMAND = ("vllm", "serve")
+# The agent's own variables (PITWALL_TOKEN, PITWALL_TOKEN_FILE, PITWALL_SERVER, ...) stay with
+# the agent: vLLM runs whatever model code it loads, which must not get the host's token.
+# Only the simulated vLLM's knobs pass (agents/sim/vllm_cli.py reads PITWALL_SIM_*).
+AGENT_ENV_PREFIX = "PITWALL_"
+PASSED_AGENT_ENV_PREFIX = "PITWALL_SIM_"
 
 
 @dataclass(frozen=True)
@@ -28,20 +33,31 @@ class LaunchPlan:
 
 def plan_launch(spec: DeploymentSpec, command: list[str], *, sys_root: str = "/sys",
                 which: Callable[[str], str | None] = shutil.which,
-                base_env: Mapping[str, str] | None = None) -> LaunchPlan:
+                base_env: Mapping[str, str] | None = None,
+                secrets: Collection[str] = ()) -> LaunchPlan:
+    """`secrets`: values (the agent token) that no inherited variable may carry to vLLM."""
     argv = spec.command_line(command)
     cpus, prefix, warnings = _placement(spec, sys_root, which)
-    return LaunchPlan(prefix + argv, _environment(spec, base_env), cpus, warnings)
+    return LaunchPlan(prefix + argv, _environment(spec, base_env, secrets), cpus, warnings)
 
 
-def _environment(spec: DeploymentSpec, base_env: Mapping[str, str] | None) -> dict[str, str]:
-    env = dict(os.environ if base_env is None else base_env)
+def _environment(spec: DeploymentSpec, base_env: Mapping[str, str] | None,
+                 secrets: Collection[str] = ()) -> dict[str, str]:
+    env = inherited_env(os.environ if base_env is None else base_env, secrets)
     # vLLM logs through Python; unbuffered, its lines reach the log tail as they are written.
     env["PYTHONUNBUFFERED"] = "1"
     env.update(spec.env)
     # Set last: the GPUs the control plane assigned win over anything in the spec's env.
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
     return env
+
+
+def inherited_env(base: Mapping[str, str], secrets: Collection[str] = ()) -> dict[str, str]:
+    """The agent's environment less its own variables and any variable holding a secret."""
+    hidden = [s for s in secrets if s]
+    return {name: value for name, value in base.items()
+            if (name.startswith(PASSED_AGENT_ENV_PREFIX) or not name.startswith(AGENT_ENV_PREFIX))
+            and not any(secret in value for secret in hidden)}
 
 
 def _placement(spec: DeploymentSpec, sys_root: str,

@@ -1,8 +1,13 @@
 """One desired deployment, as the control plane sends it, parsed and checked once.
 
 The control plane has already validated and rendered the vLLM flags (``argv``); the agent
-checks only what it needs to launch safely, so one malformed entry is refused with a message
-instead of surfacing later as a TypeError inside the reconcile loop.
+checks what it needs to launch safely, so one malformed entry is refused with a message
+instead of surfacing later as a TypeError inside the reconcile loop. It also checks, again,
+that nothing on the command line can read as an option the control plane did not render: the
+model must not start with ``-``, and ``argv`` must read back whole through the argument
+catalog for the deployment's vLLM version (``agents.vllm_args.argv_problems``), so an older
+or compromised control plane cannot pass ``--middleware``, ``--tool-parser-plugin`` or the
+like through a value.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from agents import vllm_args
 
 
 class SpecError(ValueError):
@@ -27,18 +34,22 @@ class DeploymentSpec:
     argv: tuple[str, ...] = ()
     cpus: tuple[int, ...] | None = None
     numa_node: int | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
+    # Secrets (HF_TOKEN, ...): kept out of repr, so a logged spec shows none of them.
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
     drain_timeout_s: float = 30.0
+    vllm_version: str = vllm_args.DEFAULT_VERSION
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> DeploymentSpec:
         try:
+            version = _text(raw.get("vllm_version") or vllm_args.DEFAULT_VERSION,
+                            "vllm_version")
             return cls(
                 id=_int(raw["id"], "id"), name=str(raw.get("name", "")),
-                revision=_int(raw["revision"], "revision"), model=_text(raw["model"], "model"),
+                revision=_int(raw["revision"], "revision"), model=_model(raw["model"]),
                 port=_port(raw["port"]),
                 gpu_indices=_ints(raw.get("gpu_indices") or [], "gpu_indices"),
-                argv=_strings(raw.get("argv") or [], "argv"),
+                argv=_flags(raw.get("argv") or [], version), vllm_version=version,
                 cpus=None if raw.get("cpus") is None else _ints(raw["cpus"], "cpus"),
                 numa_node=None if raw.get("numa_node") is None else _int(raw["numa_node"],
                                                                          "numa_node"),
@@ -92,6 +103,20 @@ def _strings(values: Any, name: str) -> tuple[str, ...]:
     if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
         raise SpecError(f"{name} must be a list of strings")
     return tuple(values)
+
+
+def _model(value: Any) -> str:
+    model = _text(value, "model")
+    if vllm_args.option_like(model):
+        raise SpecError(f"model {model!r} would be read as an option (it starts with '-')")
+    return model
+
+
+def _flags(values: Any, version: str) -> tuple[str, ...]:
+    argv = _strings(values, "argv")
+    if problems := vllm_args.argv_problems(argv, version):
+        raise SpecError("argv refused: " + "; ".join(problems))
+    return argv
 
 
 def _port(value: Any) -> int:

@@ -35,8 +35,11 @@ class Supervisor:
                  spawn: Callable[[LaunchPlan, LogTail], Process] = spawn_process,
                  new_backoff: Callable[[], Backoff] = Backoff,
                  sys_root: str = "/sys", startup_timeout_s: float = 600.0,
-                 unhealthy_after: int = 3, stable_after_s: float = 600.0) -> None:
+                 unhealthy_after: int = 3, stable_after_s: float = 600.0,
+                 secrets: tuple[str, ...] = ()) -> None:
+        """`secrets`: values (the agent's token) kept out of every vLLM's environment."""
         self.command = list(DEFAULT_COMMAND if command is None else command)
+        self.secrets = tuple(secrets)
         self.clock, self.sys_root, self._spawn = clock, sys_root, spawn
         self.runtime = Runtime(self._launch, probe, new_backoff, startup_timeout_s,
                                unhealthy_after, stable_after_s)
@@ -83,5 +86,5 @@ class Supervisor:
         self.instances = {i: x for i, x in self.instances.items() if x.spec is not None}
 
     def _launch(self, spec: DeploymentSpec, tail: LogTail) -> tuple[Process, LaunchPlan]:
-        plan = plan_launch(spec, self.command, sys_root=self.sys_root)
+        plan = plan_launch(spec, self.command, sys_root=self.sys_root, secrets=self.secrets)
         return self._spawn(plan, tail), plan

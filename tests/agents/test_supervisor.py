@@ -379,3 +379,53 @@ def test_closing_before_the_first_tick_starts_nothing_and_reports_nothing():
     host.sup.set_desired([deployment()])
     host.sup.close(sleep=lambda s: None)
     assert host.sup.status() == [] and host.processes == []
+
+
+# --- issue 15: an old control plane cannot slip an option in; the agent's token stays home --
+
+@pytest.mark.parametrize("bad", [
+    {"model": "--middleware=evilmod.app"},
+    {"argv": ["--served-model-name", "m", "--tool-parser-plugin", "/tmp/p.py"]},
+    {"argv": ["--tokenizer", "--middleware=evilmod.app"]},
+    {"argv": ["--max-num-seqs", "8", "/tmp/extra-positional"]},
+])
+def test_a_deployment_whose_command_line_would_carry_an_unknown_option_is_refused(bad):
+    with pytest.raises(SpecError, match="deployment 12"):
+        DeploymentSpec.from_dict(deployment(**bad))
+
+
+def test_the_flags_are_checked_against_the_deployments_vllm_version():
+    assert DeploymentSpec.from_dict(deployment(
+        vllm_version="0.32.0", argv=["--shutdown-timeout", "30"])).argv
+    with pytest.raises(SpecError, match="--shutdown-timeout"):
+        DeploymentSpec.from_dict(deployment(vllm_version="0.11.0",
+                                            argv=["--shutdown-timeout", "30"]))
+
+
+def test_the_agents_token_and_its_own_settings_never_reach_vllm():
+    token = "pwa_secret-agent-token"
+    spec = DeploymentSpec.from_dict(deployment(env={"PITWALL_SIM_LOAD": "3"}))
+    base = {"PATH": "/bin", "PITWALL_TOKEN": token, "PITWALL_TOKEN_FILE": "/etc/pitwall/t",
+            "PITWALL_SERVER": "https://pitwall", "SOME_OTHER_NAME": token,
+            "PITWALL_SIM_SEED": "4", "HOME": "/root"}
+    env = plan_launch(spec, ["vllm", "serve"], base_env=base, secrets=(token,)).env
+    assert token not in env.values()
+    assert not {"PITWALL_TOKEN", "PITWALL_TOKEN_FILE", "PITWALL_SERVER",
+                "SOME_OTHER_NAME"} & set(env)
+    # The simulated vLLM's own knobs pass: from the spec and from the agent's environment.
+    assert env["PITWALL_SIM_LOAD"] == "3" and env["PITWALL_SIM_SEED"] == "4"
+    assert env["PATH"] == "/bin" and env["HOME"] == "/root"
+
+
+def test_the_supervisor_strips_the_token_it_is_given_from_every_launch():
+    token = "pwa_secret-agent-token"
+    host = Host(secrets=(token,))
+    host.sup.set_desired([deployment()])
+    host.sup.tick()
+    [plan] = host.plans
+    assert token not in plan.env.values()
+
+
+def test_a_specs_repr_never_shows_its_environment_values():
+    spec = DeploymentSpec.from_dict(deployment(env={"HF_TOKEN": "hf_very_secret"}))
+    assert "hf_very_secret" not in repr(spec) and "hf_very_secret" not in str(spec)

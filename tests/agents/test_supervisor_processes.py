@@ -31,9 +31,10 @@ def free_port() -> int:
 
 def deployment(port: int, **overrides: Any) -> dict[str, Any]:
     return {"id": 1, "name": "qwen", "revision": 1, "model": MODEL, "port": port,
-            "gpu_indices": [0], "argv": ["--load", "0", "--shutdown-timeout", "20"],
+            "gpu_indices": [0], "argv": ["--shutdown-timeout", "20"],
             "cpus": None, "numa_node": None,
-            "env": {}, "drain_timeout_s": 20, **overrides}
+            # The simulation's own load (no flag: the agent accepts only vLLM's flags).
+            "env": {"PITWALL_SIM_LOAD": "0"}, "drain_timeout_s": 20, **overrides}
 
 
 @pytest.fixture
@@ -98,7 +99,7 @@ def test_a_sim_vllm_starts_and_becomes_ready(supervisors):
 
 def test_the_log_tail_shows_the_startup_line_and_the_ignored_flags(supervisors):
     sup, port = supervisors(), free_port()
-    sup.set_desired([deployment(port, argv=["--load", "0", "--enforce-eager"])])
+    sup.set_desired([deployment(port, argv=["--enforce-eager"])])
     until(sup, lambda s: ready(s) and any("ignored" in line for line in s[0]["log_tail"]))
     tail = sup.status()[0]["log_tail"]
     assert any(f"{MODEL} on http://127.0.0.1:{port}" in line for line in tail)
@@ -108,7 +109,7 @@ def test_the_log_tail_shows_the_startup_line_and_the_ignored_flags(supervisors):
 def test_the_gpus_and_the_cpus_are_visible_in_proc(supervisors):
     sup, port = supervisors(), free_port()
     sup.set_desired([deployment(port, gpu_indices=[2, 3], cpus=[0],
-                                env={"VLLM_LOGGING_LEVEL": "DEBUG"})])
+                                env={"VLLM_LOGGING_LEVEL": "DEBUG", "PITWALL_SIM_LOAD": "0"})])
     (status,) = until(sup, ready)
     pid = status["pid"]
     environ = proc(pid, "environ").split("\0")
@@ -116,6 +117,19 @@ def test_the_gpus_and_the_cpus_are_visible_in_proc(supervisors):
     # Every thread, not only the main one: the binding happened before exec.
     for task in Path(f"/proc/{pid}/task").iterdir():
         assert status_field((task / "status").read_text(), "Cpus_allowed_list") == "0"
+
+
+def test_the_agents_token_is_not_in_vllms_environment(supervisors, monkeypatch):
+    token = "pwa_not-for-vllm"
+    monkeypatch.setenv("PITWALL_TOKEN", token)
+    monkeypatch.setenv("PITWALL_TOKEN_FILE", "/etc/pitwall-agent/token")
+    monkeypatch.setenv("AGENT_TOKEN_COPY", token)
+    sup, port = supervisors(secrets=(token,)), free_port()
+    sup.set_desired([deployment(port)])
+    (status,) = until(sup, ready)
+    environ = proc(status["pid"], "environ")
+    assert token not in environ and "PITWALL_TOKEN" not in environ
+    assert "PITWALL_SIM_LOAD=0" in environ.split("\0")
 
 
 def test_a_process_that_exits_at_once_is_restarted_with_growing_backoff(supervisors):
@@ -149,7 +163,7 @@ def test_a_revision_change_drains_the_running_request_then_runs_the_new_flags(su
                                            "max_tokens": 300})))
     request.start()
     until(sup, lambda s: _running(base) >= 1)
-    sup.set_desired([deployment(port, revision=2, argv=["--load", "0", "--max-num-seqs", "8",
+    sup.set_desired([deployment(port, revision=2, argv=["--max-num-seqs", "8",
                                                         "--shutdown-timeout", "20"])])
     draining = until(sup, lambda s: s[0]["state"] == "draining")[0]
     # The server takes its SIGTERM a moment after the supervisor sends it; then, as vLLM 0.32,

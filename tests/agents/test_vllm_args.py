@@ -229,3 +229,64 @@ def test_an_unknown_future_version_behaves_as_the_newest():
     assert to_argv(FLEET_CONFIG, "9.0.0") == to_argv(FLEET_CONFIG, NEWEST_VERSION)
     assert "newer than the newest version Pitwall knows" in version_note("9.0.0")
     assert version_note(NEWEST_VERSION) is None
+
+
+# --- issue 15: a value never reads as an option; arguments that load code are marked ------
+
+@pytest.mark.parametrize(("args", "arg"), [
+    ({"tokenizer": "--middleware=evilmod.app"}, "tokenizer"),
+    ({"served_model_name": ["m", "--tool-parser-plugin", "/tmp/p.py"]}, "served_model_name"),
+    ({"served_model_name": "-x"}, "served_model_name"),
+    ({"quantization": "-q"}, "quantization"),
+    ({"download_dir": "--chat-template=/tmp/t.jinja"}, "download_dir"),
+])
+def test_a_string_or_list_value_that_would_read_as_an_option_is_refused(args, arg):
+    [error] = validate(args, "0.33.0")
+    assert error.arg == arg and "would be read as an option" in error.message
+    with pytest.raises(ValueError, match="read as an option"):
+        to_argv(args, "0.33.0")
+
+
+def test_negative_numbers_still_pass_where_a_version_allows_them():
+    assert to_argv({"max_model_len": -1, "seed": -5}, "0.33.0") == [
+        "--max-model-len", "-1", "--seed", "-5"]
+
+
+def test_argv_from_a_control_plane_is_read_back_whole_or_refused():
+    from agents.vllm_args import argv_problems
+
+    good = to_argv({**FLEET_CONFIG, "served_model_name": ["a", "b"]}, "0.33.0")
+    assert argv_problems(good, "0.33.0") == []
+    # What an old control plane rendered from served_model_name=["m", "--tool-parser-plugin",
+    # "/tmp/p.py"]: a flag Pitwall does not know slipped in after the list.
+    slipped = ["--served-model-name", "m", "--tool-parser-plugin", "/tmp/p.py"]
+    assert argv_problems(slipped, "0.33.0") == [
+        "'--tool-parser-plugin' is not an argument Pitwall renders for vLLM 0.33.0",
+        "'/tmp/p.py' is not an argument Pitwall renders for vLLM 0.33.0"]
+    assert argv_problems(["--tokenizer", "--middleware=evilmod.app"], "0.33.0")
+    assert argv_problems(["--tokenizer=-x"], "0.33.0")
+    assert argv_problems(["--max-model-len", "-1"], "0.33.0") == []
+    assert argv_problems([], "latest") == [
+        "unparseable vLLM version 'latest'; expected e.g. 0.33.0"]
+
+
+def test_arguments_that_load_code_are_marked_in_the_catalog():
+    from agents.vllm_args import code_loading_args
+
+    assert CATALOG["trust_remote_code"].loads_code
+    assert not CATALOG["max_num_seqs"].loads_code
+    assert code_loading_args({"trust_remote_code": True, "max_num_seqs": 8}) == [
+        "trust_remote_code"]
+    assert code_loading_args({"trust_remote_code": False}) == []  # false loads nothing
+    assert code_loading_args({"no_such_arg": "x"}) == []
+
+
+def test_loader_variables_are_one_documented_list():
+    from agents.vllm_args import loader_env
+
+    env = {"LD_PRELOAD": "/tmp/x.so", "PYTHONPATH": "/tmp", "LD_LIBRARY_PATH": "/tmp",
+           "BASH_ENV": "/tmp/rc", "ENV": "/tmp/rc", "PYTHONSTARTUP": "/tmp/s.py",
+           "CUDA_INJECTION64_PATH": "/tmp/i.so", "VLLM_LOGGING_CONFIG_PATH": "/tmp/l.json",
+           "HF_TOKEN": "hf_x", "VLLM_LOGGING_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+    assert loader_env(env) == sorted(set(env) - {"HF_TOKEN", "VLLM_LOGGING_LEVEL",
+                                                  "PYTHONUNBUFFERED"})
