@@ -5,9 +5,13 @@ A bad value stops the process at start with a message naming the variable.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
+from csp.constants import NONCE, NONE, SELF
+
 from controlplane.lib.env import (
+    ConfigError,
     database_from_url,
     envbool,
     envint,
@@ -39,10 +43,14 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "axes",
     "controlplane.fleet",
     "controlplane.telemetry",
     "controlplane.alerts",
     "controlplane.tuning",
+    "controlplane.audit",
+    # After the apps whose permissions its roles hold (it syncs the groups after migrate).
+    "controlplane.accounts",
     "controlplane.api",
     "controlplane.realtime",
     "controlplane.web",
@@ -59,6 +67,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "controlplane.audit.middleware.AuditActorMiddleware",
+    # Last, as its documentation asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -116,7 +128,22 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes), on the sign-in page and /admin/ alike: after
+# AXES_FAILURE_LIMIT wrong passwords for one user from one address, that pair is locked out
+# for AXES_COOLOFF_MINUTES (429), even with the right password. A success resets the count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("PITWALL_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("PITWALL_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "controlplane.audit.actor.client_address"
+AXES_VERBOSE = False
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "web:fleet"
 LOGOUT_REDIRECT_URL = "login"
@@ -141,7 +168,10 @@ STORAGES = {
 
 # Security: production defaults; `manage.py check --deploy` is clean with DEBUG off.
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# X-Forwarded-Proto is believed only behind a proxy that sets it (and strips a client's own):
+# otherwise any client could claim HTTPS.
+BEHIND_PROXY = envbool("PITWALL_BEHIND_PROXY", False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_PROXY else None
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", not DEBUG)
@@ -150,6 +180,33 @@ SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp): scripts from this site only, the one inline import map
+# by nonce; style attributes stay allowed (bar widths); live updates over this site's WebSocket.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, "'unsafe-inline'"],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+
+# Outgoing mail (e-mail channels): the SMTP server and how to reach it.
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = envsecret("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)  # STARTTLS, usually port 587
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", False)  # implicit TLS, usually port 465
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "pitwall@localhost")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ConfigError("EMAIL_USE_TLS and EMAIL_USE_SSL exclude each other: set one of them")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

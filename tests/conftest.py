@@ -8,7 +8,6 @@ agent token, which may write telemetry but must never read the API.
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -16,6 +15,7 @@ from controlplane.alerts.windows.schema import all_names as slice_tables
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from controlplane.telemetry.rollups.schema import all_tables as rollup_tables
 from controlplane.telemetry.schema import TABLES
+from tests.support.roles import user_with_role
 
 
 def bearer_client(token: str) -> APIClient:
@@ -26,7 +26,7 @@ def bearer_client(token: str) -> APIClient:
 
 @pytest.fixture
 def alice(db):
-    return get_user_model().objects.create_user("alice")
+    return user_with_role("alice", "operator")
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def api(alice_token) -> APIClient:
 
 @pytest.fixture
 def bob(db):
-    return get_user_model().objects.create_user("bob")
+    return user_with_role("bob", "operator")
 
 
 @pytest.fixture

@@ -1,43 +1,65 @@
-"""Who may read what through the API."""
+"""Who may do what through the API: Django permissions, held through the roles
+(controlplane/accounts/roles.py, docs/security.md).
+
+Every class needs an active, signed-in user; reads need ``read`` and writes ``write`` (both
+"app_label.codename"). A read-only token never writes, whatever its user may do: a token
+carries at most its user's rights.
+"""
 
 from __future__ import annotations
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
+from controlplane.fleet.models import TokenScope
 
-class CanReadFleet(BasePermission):
-    """Any active, signed-in user reads the whole fleet: there are no teams yet.
 
-    Agent tokens never get here: ApiTokenAuthentication refuses them with a 401.
-    """
-
-    message = "sign in, or send a user API token: Authorization: Bearer pwu_…"
+class Needs(BasePermission):
+    read = "fleet.view_host"
+    write: str | None = None  # None: the view writes nothing
+    message = "your role does not allow this"
 
     def has_permission(self, request, view) -> bool:
         user = request.user
-        return bool(user and user.is_authenticated and user.is_active)
-
-
-class StaffWrites(CanReadFleet):
-    """Every active user reads; only staff users (the operators) write."""
-
-    def has_permission(self, request, view) -> bool:
-        if not super().has_permission(request, view):
+        if not (user and user.is_authenticated and user.is_active and hasattr(user, "has_perm")):
+            self.message = "sign in, or send a user API token: Authorization: Bearer pwu_…"
             return False
-        return request.method in SAFE_METHODS or bool(request.user.is_staff)
+        if not _handled(view, request.method):
+            return True  # the view answers 405 Method Not Allowed, which says more than a 403
+        reading = request.method in SAFE_METHODS
+        if not reading and getattr(request.auth, "scope", None) == TokenScope.READ:
+            self.message = "this API token is read-only"
+            return False
+        needed = self.read if reading else self.write
+        if needed is None or not user.has_perm(needed):
+            self.message = f"your role does not allow this (needs the permission {needed})"
+            return False
+        return True
 
 
-class CanManageAlerting(StaffWrites):
-    """A rule decides who is paged and a channel holds webhook secrets: changing either is an
-    operator's decision, while acks and silences stay open to everyone on call."""
+def _handled(view, method: str) -> bool:
+    action_map = getattr(view, "action_map", None)  # a viewset's methods -> actions
+    if action_map is not None:
+        return method.lower() in action_map
+    return hasattr(view, method.lower())
 
-    message = "only staff users may change alert rules and channels"
+
+def needs(read: str, write: str | None = None, name: str = "") -> type[Needs]:
+    return type(name or f"Needs_{read}_{write}", (Needs,), {"read": read, "write": write})
 
 
-class CanManageDeployments(StaffWrites):
-    """A change restarts vLLM on a host: an operator's decision."""
-
-    message = "only staff users may change deployments"
+# Reading the fleet: hosts, GPUs, engines, series, alerts (any role).
+CanReadFleet = needs("fleet.view_host", name="CanReadFleet")
+CanManageRules = needs("alerts.view_alertrule", "alerts.change_alertrule", "CanManageRules")
+# Previewing a draft rule runs its queries: for those who may write rules.
+CanEditRules = needs("alerts.change_alertrule", "alerts.change_alertrule", "CanEditRules")
+CanManageChannels = needs("alerts.view_channel", "alerts.change_channel", "CanManageChannels")
+CanSilence = needs("alerts.view_silence", "alerts.add_silence", "CanSilence")
+CanAck = needs("alerts.view_alert", "alerts.ack_alert", "CanAck")
+CanManageDeployments = needs("fleet.view_deployment", "fleet.change_deployment",
+                             "CanManageDeployments")
+CanDecideSuggestions = needs("tuning.view_suggestion", "tuning.decide_suggestion",
+                             "CanDecideSuggestions")
+CanReadAudit = needs("audit.view_auditentry", name="CanReadAudit")
 
 
 class IsAgent(BasePermission):

@@ -1,5 +1,5 @@
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from controlplane.api.views.alerts import AlertRuleViewSet, AlertViewSet, SilenceViewSet
@@ -30,7 +30,9 @@ router.register("notifications", NotificationViewSet, basename="notification")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # The split view serves its start-up script as a file: the Content-Security-Policy allows
+    # no inline script without a nonce.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("series/", SeriesView.as_view(), name="series"),
     path("agent/config", AgentConfigView.as_view(), name="agent-config"),
     path("agent/status", AgentStatusView.as_view(), name="agent-status"),

@@ -22,6 +22,7 @@ from controlplane.realtime.events import Reply, encode
 from controlplane.realtime.publish import LAYER_ERRORS
 
 CLOSE_SIGNED_OUT = 4401  # the page sends the browser to the login form, no reconnect
+CLOSE_FORBIDDEN = 4403  # signed in, but no role that reads the fleet
 CLOSE_TRY_AGAIN = 1013  # the channel layer is unreachable: reconnect with back-off
 USAGE = 'send {"type": "subscribe", "groups": [...]} or {"type": "ping"}'
 
@@ -29,10 +30,15 @@ USAGE = 'send {"type": "subscribe", "groups": [...]} or {"type": "ping"}'
 class LiveConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.watching: dict[str, str] = {}  # client group name -> channel-layer group
+        self.allowed = False
         await self.accept()  # then close: a close code reaches the page only after accept
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_SIGNED_OUT)
+        elif not await _may_read_fleet(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+        else:
+            self.allowed = True
 
     async def disconnect(self, code: int) -> None:
         with contextlib.suppress(*LAYER_ERRORS):  # Redis gone: its groups expire by themselves
@@ -40,7 +46,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
-        if not self.scope["user"].is_authenticated:  # a frame that raced the 4401 close
+        if not self.allowed:  # a frame that raced the 4401 or 4403 close
             return
         try:
             message = orjson.loads(text_data or bytes_data or b"")
@@ -84,6 +90,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def _reply(self, message: Reply) -> None:
         await self.send(text_data=encode(message))
+
+
+@database_sync_to_async
+def _may_read_fleet(user) -> bool:
+    return user.has_perm("fleet.view_host")
 
 
 @database_sync_to_async

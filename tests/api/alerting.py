@@ -9,18 +9,18 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.alerts.models import Alert, AlertRule, AlertState
 from controlplane.fleet.tokens import issue_api_token
 from tests.conftest import bearer_client
+from tests.support.roles import user_with_role
 
 
 @pytest.fixture
 def carol(db):
-    return get_user_model().objects.create_user("carol", is_staff=True)
+    return user_with_role("carol", "admin")
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import orjson
 import psutil
 
 from tests.bench import harness, ingest, loadgen
+from tests.support.roles import user_with_role
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -37,11 +38,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def session_cookie() -> str:
-    from django.contrib.auth import get_user_model
     from django.test import Client
 
     browser = Client()
-    browser.force_login(get_user_model().objects.create_user("bench-viewer"))
+    browser.force_login(user_with_role("bench-viewer", "viewer"))
     return browser.cookies["sessionid"].value
 
 

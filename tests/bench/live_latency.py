@@ -51,9 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def create_user() -> None:
-    from django.contrib.auth import get_user_model
+    from tests.support.roles import user_with_role
 
-    get_user_model().objects.create_user("bench-live", password=PASSWORD)
+    user_with_role("bench-live", "viewer", password=PASSWORD)
 
 
 def host_ids(hostnames: list[str]) -> list[int]:

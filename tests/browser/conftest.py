@@ -22,6 +22,7 @@ import pytest
 
 from controlplane.fleet.tokens import issue_agent_token
 from tests.live import ROOT, Process, RedisServer, free_port, server_env, start_server
+from tests.support.roles import user_with_role
 from tests.telemetry import factories
 
 CHROMIUM = "/usr/bin/chromium"
@@ -98,7 +99,7 @@ def chromium(django_db_setup):  # the test database first: no event loop yet
 
 @pytest.fixture
 def stack(empty_samples, tmp_path, django_user_model):
-    django_user_model.objects.create_user("operator", password=PASSWORD)
+    user_with_role("operator", "operator", password=PASSWORD)
     redis_server = RedisServer(tmp_path)
     redis_server.start()
     port = free_port()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 
+from controlplane.accounts.roles import assign_role
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.fleet.models import Gpu, Host
@@ -21,7 +22,7 @@ def busy_and_idle_hosts(stack) -> tuple[Host, Host]:
 
 
 def test_the_rule_editor_previews_what_would_fire_now(page, stack):
-    get_user_model().objects.filter(username=stack.username).update(is_staff=True)
+    assign_role(get_user_model().objects.get(username=stack.username), "admin")
     busy, _ = busy_and_idle_hosts(stack)
     rules_before = AlertRule.objects.count()
 

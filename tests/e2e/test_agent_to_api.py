@@ -11,11 +11,12 @@ from rest_framework.test import APIClient
 from controlplane.fleet.models import Engine, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from tests.live import Process, free_port, sim_agent, start_server, wait_until
+from tests.support.roles import user_with_role
 
 
 @pytest.fixture
 def stack(empty_samples, tmp_path, django_user_model):
-    django_user_model.objects.create_user("operator")
+    user_with_role("operator", "viewer")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('operator')}")
     port, vllm_port = free_port(), free_port()

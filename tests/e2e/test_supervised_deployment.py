@@ -7,17 +7,17 @@ from __future__ import annotations
 import os
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from tests.live import free_port, sim_agent, start_server, wait_until
+from tests.support.roles import user_with_role
 
 
 @pytest.fixture
 def stack(empty_samples, tmp_path):
-    get_user_model().objects.create_user("lead", is_staff=True)
+    user_with_role("lead", "deployer")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('lead')}")
     port = free_port()

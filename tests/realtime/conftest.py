@@ -10,10 +10,10 @@ import uuid
 
 import pytest
 import redis
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from controlplane.fleet.tokens import issue_agent_token
+from tests.support.roles import user_with_role
 from tests.telemetry.conftest import AsgiClient
 
 
@@ -66,7 +66,7 @@ def agents(transactional_db) -> dict[str, str]:
 
 
 def session_headers(username: str) -> list[tuple[bytes, bytes]]:
-    user = get_user_model().objects.create_user(username)
+    user = user_with_role(username, "viewer")
     browser = Client()
     browser.force_login(user)
     cookie = browser.cookies["sessionid"].value

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from controlplane.telemetry.rollups import build
 from controlplane.tuning import service
+from tests.support.roles import user_with_role
 
 WINDOW_S = 60  # production: 10 minutes
 
@@ -23,7 +23,7 @@ def short_windows(settings) -> None:
 
 
 def staff_api() -> APIClient:
-    get_user_model().objects.create_user("lead", is_staff=True)
+    user_with_role("lead", "deployer")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('lead')}")
     return api

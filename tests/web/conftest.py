@@ -8,12 +8,12 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from controlplane.fleet.models import Engine, Gpu, Host
 from tests.api.helpers import insert_samples
+from tests.support.roles import user_with_role
 
 
 @dataclass
@@ -29,13 +29,13 @@ class Fleet:
 
 @pytest.fixture
 def operator(db):
-    return get_user_model().objects.create_user("ops", password="correct horse battery")
+    return user_with_role("ops", "operator", password="correct horse battery")
 
 
 @pytest.fixture
 def lead(db) -> Client:
-    """A staff user, signed in: may change rules, channels and deployments."""
-    user = get_user_model().objects.create_user("lead", password="x", is_staff=True)
+    """An admin, signed in: may change rules, channels and deployments."""
+    user = user_with_role("lead", "admin", password="x")
     client = Client()
     client.force_login(user)
     return client

@@ -15,7 +15,7 @@ from controlplane.alerts.models import Alert, AlertRule, AlertState, Silence
 from controlplane.alerts.preview import preview
 from controlplane.api.filters import AlertFilter, SilenceFilter
 from controlplane.api.pagination import FleetPagination
-from controlplane.api.permissions import CanManageAlerting, CanReadFleet
+from controlplane.api.permissions import CanAck, CanEditRules, CanManageRules, CanSilence
 from controlplane.api.serializers.alerts import (
     AckSerializer,
     AlertDetailSerializer,
@@ -48,11 +48,11 @@ STATE_RANK = Case(
 
 @extend_schema_view(**write_responses(AlertRuleSerializer))
 class AlertRuleViewSet(viewsets.ModelViewSet):
-    """Alert rules: every active user reads them, staff users create, change and delete them."""
+    """Alert rules: every role reads them; admins create, change and delete them."""
 
     queryset = AlertRule.objects.order_by("name")  # unique: a stable page order
     serializer_class = AlertRuleSerializer
-    permission_classes = [CanManageAlerting]
+    permission_classes = [CanManageRules]
     pagination_class = FleetPagination
     lookup_value_converter = "int"
 
@@ -65,8 +65,8 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
         request=RulePreviewRequestSerializer,
         responses={200: RulePreviewSerializer, 400: ERRORS},
     )
-    # Reading, in effect: any active user may preview, as the rule editor's viewers do.
-    @action(detail=False, methods=["post"], permission_classes=[CanReadFleet])
+    # It runs the draft's queries: for those who may write rules.
+    @action(detail=False, methods=["post"], permission_classes=[CanEditRules])
     def preview(self, request: Request) -> Response:
         draft = RulePreviewRequestSerializer(data=request.data)
         draft.is_valid(raise_exception=True)
@@ -86,7 +86,7 @@ class ActiveSilencesMixin:
 class AlertViewSet(ActiveSilencesMixin, viewsets.ReadOnlyModelViewSet):
     """The state of each rule on each target; the list puts firing alerts first."""
 
-    permission_classes = [CanReadFleet]
+    permission_classes = [CanAck]
     pagination_class = FleetPagination
     filterset_class = AlertFilter
     lookup_value_converter = "int"
@@ -130,7 +130,7 @@ class SilenceViewSet(mixins.CreateModelMixin, mixins.ListModelMixin,
 
     queryset = Silence.objects.select_related("created_by").order_by("-starts_at", "-id")
     serializer_class = SilenceSerializer
-    permission_classes = [CanReadFleet]
+    permission_classes = [CanSilence]
     pagination_class = FleetPagination
     filterset_class = SilenceFilter
     lookup_value_converter = "int"

@@ -12,7 +12,7 @@ from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.models import Channel, Notification
 from controlplane.api.filters import NotificationFilter
 from controlplane.api.pagination import FleetPagination
-from controlplane.api.permissions import CanManageAlerting, CanReadFleet
+from controlplane.api.permissions import CanManageChannels, needs
 from controlplane.api.serializers.channels import (
     ChannelSerializer,
     DisableSerializer,
@@ -29,7 +29,7 @@ class ChannelViewSet(viewsets.ModelViewSet):
 
     queryset = Channel.objects.order_by("name")
     serializer_class = ChannelSerializer
-    permission_classes = [CanManageAlerting]
+    permission_classes = [CanManageChannels]
     pagination_class = FleetPagination
     lookup_value_converter = "int"
 
@@ -73,7 +73,7 @@ class NotificationViewSet(viewsets.ReadOnlyModelViewSet):
     """Every notification and its delivery attempts so far, newest first; the payload is
     on the detail route only."""
 
-    permission_classes = [CanReadFleet]
+    permission_classes = [needs("alerts.view_notification", name="CanReadNotifications")]
     pagination_class = FleetPagination
     filterset_class = NotificationFilter
     lookup_value_converter = "int"

@@ -1,4 +1,4 @@
-"""Suggestions: read by every active user; accepted, dismissed and reverted by staff."""
+"""Suggestions: read by every role; accepted, dismissed and reverted by deployers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.pagination import FleetPagination
-from controlplane.api.permissions import CanManageDeployments
+from controlplane.api.permissions import CanDecideSuggestions
 from controlplane.api.serializers.suggestions import SuggestionSerializer
 from controlplane.tuning import service
 from controlplane.tuning.models import Suggestion
@@ -23,7 +23,7 @@ class SuggestionViewSet(viewsets.ReadOnlyModelViewSet):
     reverted."""
 
     serializer_class = SuggestionSerializer
-    permission_classes = [CanManageDeployments]
+    permission_classes = [CanDecideSuggestions]
     pagination_class = FleetPagination
     lookup_value_converter = "int"
     filterset_fields = ["deployment", "state", "kind"]

@@ -11,10 +11,12 @@ from django.views.decorators.http import require_POST
 from controlplane.alerts.models import AlertRule, AlertState
 from controlplane.alerts.preview import preview
 from controlplane.web.forms import AlertRuleForm
-from controlplane.web.views.access import staff_to_change
+from controlplane.web.views.access import needs
+
+rules_access = needs("alerts.view_alertrule", "alerts.change_alertrule")
 
 
-@staff_to_change
+@rules_access
 def alert_rules(request: HttpRequest) -> HttpResponse:
     rules = AlertRule.objects.annotate(
         firing=Count("alerts", filter=Q(alerts__state=AlertState.FIRING)),
@@ -22,12 +24,12 @@ def alert_rules(request: HttpRequest) -> HttpResponse:
     return render(request, "web/alerts/rules.html", {"rules": rules, "tab": "rules"})
 
 
-@staff_to_change
+@rules_access
 def alert_rule_new(request: HttpRequest) -> HttpResponse:
     return edit_rule(request, AlertRule())
 
 
-@staff_to_change
+@rules_access
 def alert_rule(request: HttpRequest, rule_id: int) -> HttpResponse:
     return edit_rule(request, get_object_or_404(AlertRule, pk=rule_id))
 
@@ -37,7 +39,7 @@ def edit_rule(request: HttpRequest, rule: AlertRule) -> HttpResponse:
     other POST validates and saves."""
     creating, title, pack_key = rule.pk is None, rule.name, rule.pack_key
     form = AlertRuleForm(request.POST or None, instance=rule)
-    if not request.user.is_staff:
+    if not request.user.has_perm("alerts.change_alertrule"):
         for field in form.fields.values():
             field.disabled = True
     result = None
@@ -52,11 +54,12 @@ def edit_rule(request: HttpRequest, rule: AlertRule) -> HttpResponse:
         .order_by("state", "target"))
     return render(request, "web/alerts/rule_edit.html", {
         "form": form, "rule": rule, "title": title, "pack_key": pack_key, "creating": creating,
-        "preview": result, "open_alerts": firing, "can_edit": request.user.is_staff,
+        "preview": result, "open_alerts": firing,
+        "can_edit": request.user.has_perm("alerts.change_alertrule"),
         "tab": "rules"})
 
 
-@staff_to_change
+@rules_access
 @require_POST
 def alert_rule_delete(request: HttpRequest, rule_id: int) -> HttpResponse:
     rule = get_object_or_404(AlertRule, pk=rule_id)

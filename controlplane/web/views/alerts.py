@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -23,6 +22,10 @@ from controlplane.web.alert_links import (
     target_links,
 )
 from controlplane.web.forms import AckForm
+from controlplane.web.views.access import needs
+
+alerts_access = needs("alerts.view_alert")
+ack_access = needs("alerts.view_alert", "alerts.ack_alert")
 
 RECENT = timedelta(hours=24)  # resolved alerts listed this long after they resolved
 MAX_ROWS = 500
@@ -64,7 +67,7 @@ def listed_alerts(query, now: datetime) -> QuerySet[Alert]:
     return alerts.order_by(STATE_ORDER, SEVERITY_ORDER, "-active_since", "id")
 
 
-@login_required
+@alerts_access
 def alerts(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     silences = list(active_silences(now))
@@ -81,7 +84,7 @@ def alerts(request: HttpRequest) -> HttpResponse:
         "recent_hours": int(RECENT.total_seconds() // 3600), "tab": "alerts"})
 
 
-@login_required
+@alerts_access
 def alert(request: HttpRequest, alert_id: int) -> HttpResponse:
     alert = get_object_or_404(Alert.objects.select_related("rule"), pk=alert_id)
     now = timezone.now()
@@ -95,7 +98,7 @@ def alert(request: HttpRequest, alert_id: int) -> HttpResponse:
         "tab": "alerts"})
 
 
-@login_required
+@ack_access
 @require_POST
 def alert_ack(request: HttpRequest, alert_id: int) -> HttpResponse:
     """``action=ack`` (with an optional comment) or ``action=unack``; any signed-in user."""

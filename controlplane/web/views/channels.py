@@ -12,7 +12,9 @@ from django.views.decorators.http import require_POST
 
 from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.models import Channel, DeliveryState, Notification
-from controlplane.web.views.access import staff_to_change
+from controlplane.web.views.access import needs
+
+channels_access = needs("alerts.view_channel", "alerts.change_channel")
 
 RECENT_NOTIFICATIONS = 10
 
@@ -24,15 +26,16 @@ def recent_notifications(channel: Channel) -> list[Notification]:
         [:RECENT_NOTIFICATIONS])
 
 
-@staff_to_change
+@channels_access
 def channels(request: HttpRequest) -> HttpResponse:
     rows = [(c, recent_notifications(c)) for c in Channel.objects.defer("config")
             .prefetch_related("routes")]
     return render(request, "web/alerts/channels.html", {
-        "rows": rows, "can_edit": request.user.is_staff, "tab": "channels"})
+        "rows": rows,
+        "can_edit": request.user.has_perm("alerts.change_channel"), "tab": "channels"})
 
 
-@staff_to_change
+@channels_access
 @require_POST
 def channel_test(request: HttpRequest, channel_id: int) -> HttpResponse:
     """One attempt now, in the request (a transport's timeout is 10 s); the outcome is shown."""
@@ -46,7 +49,7 @@ def channel_test(request: HttpRequest, channel_id: int) -> HttpResponse:
     return redirect(f"{reverse('web:channels')}#channel-{channel.id}")
 
 
-@staff_to_change
+@channels_access
 @require_POST
 def channel_enable(request: HttpRequest, channel_id: int) -> HttpResponse:
     channel = get_object_or_404(Channel, pk=channel_id)

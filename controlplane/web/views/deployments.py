@@ -12,20 +12,22 @@ from django.views.decorators.http import require_POST
 
 from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment, Engine
-from controlplane.web.views.access import staff_to_change
+from controlplane.web.views.access import needs
 from controlplane.web.views.suggestions import annotated
+
+deployments_access = needs("fleet.view_deployment", "fleet.change_deployment")
 
 REVISIONS_SHOWN = 20
 SUGGESTIONS_SHOWN = 20
 
 
-@staff_to_change
+@deployments_access
 def deployment_list(request: HttpRequest) -> HttpResponse:
     rows = Deployment.objects.select_related("host").order_by("host__hostname", "name")
     return render(request, "web/deployments/list.html", {"deployments": rows})
 
 
-@staff_to_change
+@deployments_access
 def deployment(request: HttpRequest, deployment_id: int) -> HttpResponse:
     d = get_object_or_404(Deployment.objects.select_related("host"), pk=deployment_id)
     engine = Engine.objects.filter(host_id=d.host_id, name=d.engine_name).first()
@@ -33,11 +35,12 @@ def deployment(request: HttpRequest, deployment_id: int) -> HttpResponse:
     suggestions = annotated(d.suggestions.select_related("decided_by")
                             .order_by("-created_at")[:SUGGESTIONS_SHOWN])
     return render(request, "web/deployments/detail.html", {
-        "d": d, "engine": engine, "revisions": revisions, "can_edit": request.user.is_staff,
+        "d": d, "engine": engine, "revisions": revisions,
+        "can_edit": request.user.has_perm("fleet.change_deployment"),
         "config": deployments.desired_config(d), "suggestions": suggestions})
 
 
-@staff_to_change
+@deployments_access
 @require_POST
 def deployment_revert(request: HttpRequest, deployment_id: int) -> HttpResponse:
     d = get_object_or_404(Deployment, pk=deployment_id)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
@@ -8,6 +7,7 @@ from controlplane.fleet.models import Engine, Gpu
 from controlplane.fleet.queries import is_online
 from controlplane.web.charts import engine_charts
 from controlplane.web.latest import latest
+from controlplane.web.views.access import read_fleet
 from controlplane.web.views.common import page_context
 
 
@@ -16,7 +16,7 @@ def config_rows(config: dict) -> list[tuple[str, object]]:
     return sorted(config.items()) if isinstance(config, dict) else []
 
 
-@login_required
+@read_fleet
 def engine(request: HttpRequest, engine_id: int) -> HttpResponse:
     engine = get_object_or_404(Engine.objects.select_related("host"), pk=engine_id)
     gpus = Gpu.objects.filter(uuid__in=engine.gpu_uuids or []).order_by("index")

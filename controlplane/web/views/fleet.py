@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from controlplane.fleet.models import Engine, Gpu, Host
 from controlplane.fleet.queries import hosts_with_state, is_online
 from controlplane.web.latest import Values, latest
+from controlplane.web.views.access import read_fleet
 from controlplane.web.views.common import page_context
 
 
@@ -53,7 +53,7 @@ def fleet_rows() -> list[FleetRow]:
     return list(rows.values())
 
 
-@login_required
+@read_fleet
 def fleet(request: HttpRequest) -> HttpResponse:
     rows = fleet_rows()
     context = page_context(request, "fleet", ["fleet"], rows=rows,

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
@@ -9,10 +8,11 @@ from controlplane.fleet.queries import is_online
 from controlplane.web.charts import gpu_charts
 from controlplane.web.latest import latest
 from controlplane.web.nvml import decode
+from controlplane.web.views.access import read_fleet
 from controlplane.web.views.common import page_context
 
 
-@login_required
+@read_fleet
 def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("host"), pk=gpu_id)
     values = latest("gpu", [gpu.id])[gpu.id]

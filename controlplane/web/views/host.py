@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
@@ -12,6 +11,7 @@ from controlplane.web.charts import host_charts
 from controlplane.web.latest import Values, latest, latest_procs
 from controlplane.web.numa import numa_panel, placements
 from controlplane.web.nvml import Reason, decode
+from controlplane.web.views.access import read_fleet
 from controlplane.web.views.common import page_context
 
 
@@ -37,7 +37,7 @@ def proc_rows(procs: list[Values], engines: list[Engine], gpus: list[Gpu]) -> li
     return [{"values": v, "placement": p} for v, p in zip(procs, placed, strict=True)]
 
 
-@login_required
+@read_fleet
 def host(request: HttpRequest, host_id: int) -> HttpResponse:
     host = get_object_or_404(Host, pk=host_id)
     gpus = list(host.gpus.filter(present=True))

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -16,8 +15,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from controlplane.alerts.models import Alert, AlertState, Silence
-from controlplane.alerts.silences import create_silence, expire_silence, matches
+from controlplane.alerts.silences import create_silence, expire_silence, silence_matches
 from controlplane.web.forms import SilenceForm, matcher_lines
+from controlplane.web.views.access import needs
+
+silences_access = needs("alerts.view_silence", "alerts.add_silence")
 
 EXPIRED_SHOWN = 50
 
@@ -42,7 +44,7 @@ def silence_rows(now: datetime) -> tuple[list[SilenceRow], list[SilenceRow]]:
     its matchers match now."""
     open_alerts = list(Alert.objects.select_related("rule").filter(
         state__in=[AlertState.FIRING, AlertState.PENDING]).order_by("id"))
-    active = [SilenceRow(s, [a for a in open_alerts if matches(s.matchers, a.labels)]
+    active = [SilenceRow(s, [a for a in open_alerts if silence_matches(s, a.labels)]
                          if s.starts_at <= now else [], now)
               for s in Silence.objects.filter(ends_at__gt=now).order_by("ends_at")]
     expired = [SilenceRow(s, [], now)
@@ -51,7 +53,7 @@ def silence_rows(now: datetime) -> tuple[list[SilenceRow], list[SilenceRow]]:
     return active, expired
 
 
-@login_required
+@silences_access
 def silences(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = SilenceForm(request.POST)
@@ -81,7 +83,7 @@ def save_silence(request: HttpRequest, form: SilenceForm) -> Silence | None:
         return None
 
 
-@login_required
+@silences_access
 @require_POST
 def silence_expire(request: HttpRequest, silence_id: int) -> HttpResponse:
     silence = get_object_or_404(Silence, pk=silence_id)

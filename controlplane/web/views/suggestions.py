@@ -13,7 +13,9 @@ from django.views.decorators.http import require_POST
 from controlplane.tuning import service
 from controlplane.tuning.links import with_links
 from controlplane.tuning.models import State, Suggestion
-from controlplane.web.views.access import staff_to_change
+from controlplane.web.views.access import needs, same_site
+
+suggestions_access = needs("tuning.view_suggestion", "tuning.decide_suggestion")
 
 RECENT = 50
 ACTIONS = {"accept": service.accept, "dismiss": service.dismiss, "revert": service.revert}
@@ -40,7 +42,7 @@ def shown(item: dict) -> str:
     return f"{value:g}"
 
 
-@staff_to_change
+@suggestions_access
 def suggestion_list(request: HttpRequest) -> HttpResponse:
     base = Suggestion.objects.select_related("deployment__host", "decided_by")
     # What can be applied first (reports last), the most confident first within each.
@@ -50,11 +52,12 @@ def suggestion_list(request: HttpRequest) -> HttpResponse:
     return render(request, "web/suggestions/list.html", {
         "open": open_,
         "recent": annotated(base.exclude(state=State.OPEN).order_by("-updated_at")[:RECENT]),
-        "can_edit": request.user.is_staff, "interval_s": conf["TUNING_INTERVAL_S"],
+        "can_edit": request.user.has_perm("tuning.decide_suggestion"),
+        "interval_s": conf["TUNING_INTERVAL_S"],
         "window_min": conf["TUNING_WINDOW_S"] // 60})
 
 
-@staff_to_change
+@suggestions_access
 @require_POST
 def suggestion_action(request: HttpRequest, suggestion_id: int, action: str) -> HttpResponse:
     s = get_object_or_404(Suggestion, pk=suggestion_id)
@@ -68,5 +71,5 @@ def suggestion_action(request: HttpRequest, suggestion_id: int, action: str) -> 
         except service.Refused as exc:
             messages.error(request, f"Suggestion #{s.pk} not {DONE[action].split(':')[0]}: "
                                     f"{exc}")
-    back = request.POST.get("next") or reverse("web:deployment", args=[s.deployment_id])
-    return redirect(back if back.startswith("/") else "/")
+    return redirect(same_site(request, request.POST.get("next"))
+                    or reverse("web:deployment", args=[s.deployment_id]))

@@ -83,8 +83,10 @@ export class LiveSocket {
     clearInterval(this.pinger);
     this.failures += 1;
     const signedOut = ev.code === 4401;
-    const offline = signedOut || !navigator.onLine || this.failures >= OFFLINE_AFTER;
-    showStatus(offline ? "offline" : "reconnecting", signedOut ? "signed out" : "");
+    const forbidden = ev.code === 4403; // signed in without a role that reads the fleet
+    const offline = signedOut || forbidden || !navigator.onLine || this.failures >= OFFLINE_AFTER;
+    const why = signedOut ? "signed out" : forbidden ? "your role does not include live data" : "";
+    showStatus(offline ? "offline" : "reconnecting", why);
     // Full jitter: a fleet of browsers reconnecting after a restart spreads out.
     const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** (this.failures - 1));
     this.retry = setTimeout(() => this.connect(), cap / 2 + Math.random() * cap / 2);
