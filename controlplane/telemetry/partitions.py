@@ -4,13 +4,21 @@ Raw samples and 1-minute rollups are cut by day (``<table>_p20260302``), 1-hour 
 month (``<table>_p202603``): a partition then holds a few million rows in either case, and
 retention drops whole partitions instead of deleting rows. Functions take the period ("day"
 or "month"); without one they work on the raw sample tables by day, as ingest needs.
+
+Partitions asked for by incoming data (the ingest writer) go through ``create_on_demand_sql``,
+which refuses any day outside ``raw_days``: older than the raw retention (maintenance would drop
+it within the hour) or further ahead than the partitions made in advance. Without that guard, one
+agent token sending samples of many past days made four tables per day (issue 15).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal
+
+from django.conf import settings
 
 from controlplane.telemetry.schema import TABLES
 
@@ -29,6 +37,11 @@ WHERE parent.relname = ANY(%s)
 """
 
 _SUFFIX = {"day": "%Y%m%d", "month": "%Y%m"}
+DAY_S = 86400.0
+
+
+class OutsideRetention(ValueError):
+    """A raw partition was asked for a day outside the retained range (``raw_days``)."""
 
 
 def day_of(ts: float) -> date:
@@ -64,6 +77,47 @@ def create_all_sql(days: Iterable[date], tables: Iterable[str] = RAW_TABLES,
     return [create_sql(t, s, period) for s in starts for t in tables]
 
 
+def raw_ts_range(now: float | None = None) -> tuple[float, float]:
+    """The unix seconds ingest accepts: no older than ``RAW_RETENTION_DAYS`` (older samples
+    would be dropped by the next maintenance run), no further ahead than ``MAX_CLOCK_SKEW_S``."""
+    conf = settings.PITWALL
+    now = time.time() if now is None else now
+    return now - conf["RAW_RETENTION_DAYS"] * DAY_S, now + conf["MAX_CLOCK_SKEW_S"]
+
+
+def raw_days(now: float | None = None) -> tuple[date, date]:
+    """The first and last day whose raw partitions may be created on demand.
+
+    From the day of the oldest sample ``raw_ts_range`` accepts (the oldest day maintenance
+    keeps) to ``PARTITIONS_AHEAD_DAYS`` ahead, or the day of the latest accepted sample if a
+    large ``MAX_CLOCK_SKEW_S`` reaches further.
+    """
+    now = time.time() if now is None else now
+    oldest, newest = raw_ts_range(now)
+    ahead = day_of(now) + timedelta(days=settings.PITWALL["PARTITIONS_AHEAD_DAYS"])
+    return day_of(oldest), max(ahead, day_of(newest))
+
+
+def outside_raw_days(days: Iterable[date], now: float | None = None) -> list[date]:
+    first, last = raw_days(now)
+    return sorted(d for d in days if not first <= d <= last)
+
+
+def create_on_demand_sql(days: Iterable[date], now: float | None = None) -> list[str]:
+    """``create_all_sql`` for the raw tables, for days that incoming data asks for.
+
+    Raises ``OutsideRetention`` (and creates nothing) if any day is outside ``raw_days``.
+    """
+    days = set(days)
+    outside = outside_raw_days(days, now)
+    if outside:
+        first, last = raw_days(now)
+        raise OutsideRetention(
+            f"no raw partition for {outside[0].isoformat()}: only {first.isoformat()} to "
+            f"{last.isoformat()} are retained")
+    return create_all_sql(days)
+
+
 def days_around(today: date, behind: int, ahead: int) -> list[date]:
     return [today + timedelta(days=n) for n in range(-behind, ahead + 1)]
 
@@ -82,7 +136,11 @@ def parse_day(partition: str) -> date | None:
 
 def ensure(cursor, days: Iterable[date], tables: Iterable[str] = RAW_TABLES,
            period: Period = "day") -> None:
-    """Create the partitions holding these days if missing (sync cursor, in a transaction)."""
+    """Create the partitions holding these days if missing (sync cursor, in a transaction).
+
+    For explicit callers (maintenance, migrations, backfills, tests) that choose the days
+    themselves; days asked for by incoming data go through ``create_on_demand_sql``.
+    """
     cursor.execute(ADVISORY_LOCK_SQL)
     for stmt in create_all_sql(days, tables, period):
         cursor.execute(stmt)

@@ -68,3 +68,21 @@ def stored_rows() -> dict[str, int]:
 
 
 NOTHING = {"host": 0, "gpu": 0, "engine": 0, "proc": 0}
+
+
+def raw_partitions() -> set[str]:
+    """The names of the raw sample tables' partitions that exist."""
+    from controlplane.telemetry import partitions
+
+    with connection.cursor() as cursor:
+        cursor.execute(partitions.EXISTING_SQL, [list(partitions.RAW_TABLES)])
+        return {child for _, child in cursor.fetchall()}
+
+
+def refused(ingest, body, token, status: int, field: str | None = None) -> dict:
+    """Posts ``body``; asserts the answer's status (and the field it names); returns it."""
+    code, reply = ingest.post(body, token)
+    assert code == status, reply
+    if field is not None:
+        assert reply["field"] == field, reply
+    return reply

@@ -84,7 +84,7 @@ class IngestApp:
             parsed = parse_request(orjson.loads(raw))
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"the body is not valid JSON: {exc}") from None
-        self._check_clock(parsed.batches)
+        self._check_times(parsed.batches)
         await self.layouts.resolve(parsed.batches)
         work = [await self._work(host_id, batch) for batch in parsed.batches]
         new = await self.writer.submit(work)
@@ -113,14 +113,23 @@ class IngestApp:
             evicted_batches=batch.evicted_batches, evicted_samples=batch.evicted_samples,
             touch_host=touch_host, touch_engines=tuple(touch_engines))
 
-    def _check_clock(self, batches: list[Batch]) -> None:
-        limit = time.time() + self.max_skew
+    def _check_times(self, batches: list[Batch]) -> None:
+        """Each ts within what is retained: not older than the raw retention (it would only
+        make partitions that maintenance drops), not further ahead than the allowed skew."""
+        oldest, newest = partitions.raw_ts_range()
         for batch in batches:
             for i, sample in enumerate(batch.samples):
-                if sample["ts"] > limit:
+                ts = sample["ts"]
+                if ts > newest:
                     raise BadRequest(
-                        f"ts is {sample['ts'] - time.time():.0f} s in the future; check the "
+                        f"ts is {ts - time.time():.0f} s in the future; check the "
                         f"agent's clock (NTP)", join(batch.path, f"samples[{i}].ts"))
+                if ts < oldest:
+                    days = settings.PITWALL["RAW_RETENTION_DAYS"]
+                    raise BadRequest(
+                        f"ts is {(time.time() - ts) / 86400:.1f} days old, older than the raw "
+                        f"retention ({days} days): it would never be kept; check the agent's "
+                        f"clock (NTP)", join(batch.path, f"samples[{i}].ts"))
 
     async def _read_body(self, headers: dict, receive) -> bytes:
         ctype = headers.get(b"content-type", b"application/json").split(b";")[0].strip()

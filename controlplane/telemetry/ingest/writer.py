@@ -26,6 +26,7 @@ from psycopg import errors as pg_errors
 
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest.copy import copy_rows, make_copy_connection
+from controlplane.telemetry.ingest.errors import BadRequest
 from controlplane.telemetry.ingest.rows import Rows
 from controlplane.telemetry.rollups import late
 
@@ -52,6 +53,14 @@ class Work:
     @property
     def row_count(self) -> int:
         return sum(len(r) for r in self.rows.values())
+
+
+class OutsideWindow(BadRequest):
+    """A batch with samples of a day outside the retained range: refused, never partitioned.
+
+    The request checks refuse such samples first (app.py); this is the writer's own guard,
+    and catches a batch checked just before midnight whose oldest day left retention since.
+    """
 
 
 class StorageUnavailable(Exception):
@@ -115,6 +124,9 @@ class Writer:
                 await self._flush_and_answer(work)
 
     async def _flush_and_answer(self, work: list[Work]) -> None:
+        work = self._within_window(work)
+        if not work:
+            return
         try:
             stored = await self._flush(work)
         except Exception as exc:  # noqa: BLE001 - every failure is answered, none is stored
@@ -132,6 +144,20 @@ class Writer:
                 callback([w for w, new in zip(work, stored, strict=True) if new])
             except Exception:  # noqa: BLE001 - a live-push failure must not fail ingest
                 log.exception("after-commit callback failed")
+
+    def _within_window(self, work: list[Work]) -> list[Work]:
+        """The items whose new days may be partitioned; the others are refused here."""
+        kept = []
+        for item in work:
+            new_days = item.days - self._known_days
+            outside = new_days and partitions.outside_raw_days(new_days)
+            if outside:
+                if not item.future.done():
+                    item.future.set_exception(OutsideWindow(
+                        f"samples of {outside[0].isoformat()} are outside the retained range"))
+            else:
+                kept.append(item)
+        return kept
 
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None or self._conn.closed:
@@ -219,7 +245,7 @@ class Writer:
             return
         async with conn.transaction(), conn.cursor() as cur:
             await cur.execute(partitions.ADVISORY_LOCK_SQL)
-            for stmt in partitions.create_all_sql(missing):
+            for stmt in partitions.create_on_demand_sql(missing):
                 await cur.execute(stmt)
         self._known_days |= missing
 
