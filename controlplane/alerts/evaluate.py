@@ -7,7 +7,6 @@ second worker skips instead of waiting), and each rule is claimed with
 
 from __future__ import annotations
 
-import fnmatch
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from controlplane.alerts.models import AlertRule, RuleKind
 from controlplane.alerts.named import NAMED
 from controlplane.alerts.named import READS as NAMED_READS
 from controlplane.alerts.names import FleetNames
+from controlplane.alerts.patterns import glob_match
 from controlplane.alerts.queries import Hits, threshold_hits
 from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.shards import WHOLE, Shard, shards
@@ -158,7 +158,7 @@ def scoped(rules: list[AlertRule], hits: Hits) -> Hits:
             h for h in hits.get(rule.id, [])
             if (not hosts or h.host_id in hosts) and (not engines or h.engine_id in engines)
             and (not rule.hostname_glob
-                 or fnmatch.fnmatchcase(names.hosts.get(h.host_id, ""), rule.hostname_glob))
+                 or glob_match(rule.hostname_glob, names.hosts.get(h.host_id, "")))
             and (not rule.label_matchers
                  or matches(rule.label_matchers, names.scope_labels(h)))]
     return out

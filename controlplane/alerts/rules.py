@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 
 from agents.protocol import Metric
 from controlplane.alerts.models import Aggregation, AlertRule, RuleKind
+from controlplane.alerts.patterns import glob_problem
 from controlplane.alerts.silences import validate_matchers
 from controlplane.telemetry.series import find_metric
 from controlplane.telemetry.series.errors import SeriesError
@@ -48,6 +49,8 @@ def validate_rule(rule: AlertRule) -> None:
         ids = getattr(rule, field)
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             errors[field] = f"{field} must be a list of integer ids"
+    if rule.hostname_glob and (problem := glob_problem(rule.hostname_glob)):
+        errors["hostname_glob"] = f"hostname_glob {problem}"
     try:
         validate_matchers(rule.label_matchers, field="label_matchers", labels=SCOPE_LABELS,
                           allow_empty=True)

@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from controlplane.alerts import patterns
 from controlplane.alerts.models import Alert, AlertEvent, AlertState, Silence
 
 LABELS = ("alertname", "severity", "host", "engine", "gpu")
 OPS = ("=", "!=", "=~", "!~")
+# The longest a silence may last, unless PITWALL["ALERT_SILENCE_MAX_DAYS"] says otherwise: a
+# silence for years would hide a rule's alerts from everyone, long after its reason is gone.
+DEFAULT_MAX_DAYS = 90
+
+
+def max_duration() -> timedelta:
+    """Read at call time: an operator's change (and a test's) applies without a restart."""
+    days = getattr(settings, "PITWALL", {}).get("ALERT_SILENCE_MAX_DAYS", DEFAULT_MAX_DAYS)
+    return timedelta(days=days)
 
 
 def validate_matchers(matchers: object, *, field: str = "matchers",
                       labels: tuple[str, ...] = LABELS,
                       allow_empty: bool = False) -> list[dict[str, str]]:
-    """[{label, op, value}], op one of OPS (default "="), regexes that compile; errors keyed by
-    ``field`` and naming the matcher."""
+    """[{label, op, value}], op one of OPS (default "="), regexes RE2 compiles, at most
+    ``patterns.MAX_PATTERN_CHARS`` long; errors keyed by ``field`` and naming the matcher."""
     if not isinstance(matchers, list) or not (matchers or allow_empty):
         raise ValidationError({field: f"{field} must be a {'' if allow_empty else 'non-empty '}"
                                       f"list of {{label, op, value}}"})
@@ -33,20 +43,25 @@ def validate_matchers(matchers: object, *, field: str = "matchers",
                                           f"{', '.join(labels)}"})
         if m.setdefault("op", "=") not in OPS:
             raise ValidationError({field: f"{where}.op must be one of {', '.join(OPS)}"})
-        if m["op"] in ("=~", "!~"):
-            try:
-                re.compile(str(m["value"]))
-            except re.error as exc:
-                raise ValidationError({field: f"{where}.value is not a regex: {exc}"}) \
-                    from None
+        if m["op"] in ("=~", "!~") and (problem := patterns.regex_problem(str(m["value"]))):
+            raise ValidationError({field: f"{where}.value {problem}"})
     return matchers
 
 
 def create_silence(*, matchers: list[dict[str, str]], starts_at: datetime, ends_at: datetime,
                    author: str, comment: str, created_by=None) -> Silence:
+    """A silence by ``created_by``, whose name is then its author whatever ``author`` says (no
+    one silences in another's name); ``author`` names the author only without a user (tests,
+    scripts). At most ``max_duration()`` long."""
+    if created_by is not None:
+        author = created_by.get_username()
     errors = {}
+    longest = max_duration()
     if ends_at <= starts_at:
         errors["ends_at"] = "ends_at must be after starts_at"
+    elif ends_at - starts_at > longest:
+        errors["ends_at"] = (f"a silence lasts at most {_days(longest)} after starts_at; "
+                             f"silence again when it ends if need be")
     if not author.strip():
         errors["author"] = "author is required"
     if not comment.strip():
@@ -56,6 +71,10 @@ def create_silence(*, matchers: list[dict[str, str]], starts_at: datetime, ends_
     return Silence.objects.create(matchers=validate_matchers(matchers), starts_at=starts_at,
                                   ends_at=ends_at, author=author, comment=comment,
                                   created_by=created_by)
+
+
+def _days(span: timedelta) -> str:
+    return f"{span.total_seconds() / 86400:g} days"
 
 
 def expire_silence(silence: Silence, now: datetime | None = None) -> None:
@@ -70,13 +89,28 @@ def active_silences(now: datetime | None = None) -> QuerySet[Silence]:
     return Silence.objects.filter(starts_at__lte=now, ends_at__gt=now)
 
 
-def matches(matchers: list[dict[str, str]], labels: dict[str, str]) -> bool:
-    for m in matchers:
-        have, want, op = str(labels.get(m["label"], "")), str(m["value"]), m.get("op", "=")
-        hit = re.fullmatch(want, have) is not None if op in ("=~", "!~") else have == want
-        if hit == (op in ("!=", "!~")):
-            return False
+def matches(matchers: list[dict[str, str]], labels: dict[str, str], *,
+            on_refused: bool | None = None) -> bool:
+    """Every matcher matches; a regex matches the whole label (RE2, linear time: patterns.py).
+    A regex refused today but stored before (Python's syntax was accepted until RE2 came)
+    raises patterns.PatternError, or gives ``on_refused`` when it is given."""
+    try:
+        for m in matchers:
+            have, want, op = str(labels.get(m["label"], "")), str(m["value"]), m.get("op", "=")
+            hit = patterns.fullmatch(want, have) if op in ("=~", "!~") else have == want
+            if hit == (op in ("!=", "!~")):
+                return False
+    except patterns.PatternError:
+        if on_refused is None:
+            raise
+        return on_refused
     return True
+
+
+def silence_matches(silence: Silence, labels: dict[str, str]) -> bool:
+    """A silence whose stored regex RE2 refuses silences nothing: better a page too many than
+    a stalled or failing list."""
+    return matches(silence.matchers, labels, on_refused=False)
 
 
 def silenced_by(alert: Alert, now: datetime | None = None,
@@ -89,7 +123,7 @@ def silenced_by(alert: Alert, now: datetime | None = None,
 
 def silence_of(labels: dict, silences) -> Silence | None:
     """The first of ``silences`` whose matchers match these labels."""
-    return next((s for s in silences if matches(s.matchers, labels)), None)
+    return next((s for s in silences if silence_matches(s, labels)), None)
 
 
 def is_silenced(alert: Alert, now: datetime | None = None,

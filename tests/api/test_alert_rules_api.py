@@ -63,6 +63,11 @@ def test_staff_creates_a_rule_and_the_read_only_fields_are_ignored(staff):
     ({"aggregation": "quantile", "quantile": "inf"}, "quantile"),
     ({"params": "waiting_above=0"}, "params"),
     ({"label_matchers": [{"label": "rack", "value": "a"}]}, "label_matchers"),
+    ({"label_matchers": [{"label": "model", "op": "=~", "value": "(?=llama)"}]},
+     "label_matchers"),
+    ({"label_matchers": [{"label": "model", "op": "=~", "value": "l" * 1001}]},
+     "label_matchers"),
+    ({"hostname_glob": "*" * 254}, "hostname_glob"),
 ])
 def test_a_rule_the_model_refuses_is_a_400_naming_the_field_and_nothing_is_stored(
         staff, change, field):

@@ -234,6 +234,17 @@ def test_an_operator_silences_alerts_and_expires_the_silence(signed_in, firing, 
     assert f'id="silence-{silence.id}"' in html.split('id="expired-silences"')[1]
 
 
+def test_a_silence_is_in_its_creators_name_whatever_the_form_says(signed_in, firing, operator):
+    # Issue 15: the author could be another user's name.
+    form = signed_in.get("/alerts/silences/").content.decode()
+    author = re.search(r'<input[^>]*name="author"[^>]*>', form).group(0)
+    assert 'value="ops"' in author and "disabled" in author
+    signed_in.post("/alerts/silences/", {"matchers": "host=gpu-node-1", "duration_s": "3600",
+                                         "author": "lead", "comment": "fan swap"})
+    silence = Silence.objects.get()
+    assert (silence.author, silence.created_by) == ("ops", operator)
+
+
 def test_a_bad_matcher_is_shown_and_nothing_is_stored(signed_in, db):
     response = signed_in.post("/alerts/silences/", {
         "matchers": "host=~gpu-[\nrack=7", "duration_s": "3600", "author": "ops",

@@ -47,7 +47,8 @@ class Plan:
         severities = self.route.severities or []
         if severities and labels.get("severity") not in severities:
             return False
-        return matches(self.route.matchers or [], labels)
+        # a stored regex RE2 refuses: the route takes nothing (the default route may)
+        return matches(self.route.matchers or [], labels, on_refused=False)
 
     def group_labels(self, labels: dict[str, str]) -> dict[str, str]:
         return {name: str(labels.get(name, "")) for name in self.group_by}

@@ -12,7 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.alerts.models import Alert, AlertEvent, AlertRule, Silence
-from controlplane.alerts.silences import create_silence, matches
+from controlplane.alerts.silences import create_silence, silence_matches
 from controlplane.api.serializers.fields import ObjectField
 
 HISTORY_LIMIT = 100  # transitions shown on an alert's detail, newest first
@@ -149,7 +149,7 @@ class AlertSerializer(serializers.ModelSerializer):
 
     def get_silenced_by(self, alert: Alert) -> list[int]:
         # The view reads the active silences once per request (context["silences"]).
-        return [s.id for s in self.context.get("silences", []) if matches(s.matchers, alert.labels)]
+        return [s.id for s in self.context.get("silences", []) if silence_matches(s, alert.labels)]
 
 
 class AlertDetailSerializer(AlertSerializer):
@@ -191,8 +191,9 @@ class SilenceSerializer(serializers.ModelSerializer):
     matchers = MatchersField(
         help_text="Every matcher must match an alert's labels; =~ and !~ are full-match regexes")
     starts_at = serializers.DateTimeField(required=False, help_text="Default: now")
-    author = serializers.CharField(max_length=150, required=False,
-                                   help_text="Default: the signed-in user's name")
+    author = serializers.CharField(
+        read_only=True, help_text="The signed-in user who created it (an author in the body is "
+                                  "ignored: no one silences in another's name)")
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     state = serializers.SerializerMethodField()
 
@@ -200,7 +201,9 @@ class SilenceSerializer(serializers.ModelSerializer):
         model = Silence
         fields = ["id", "matchers", "starts_at", "ends_at", "author", "comment", "created_by",
                   "created_at", "state"]
-        read_only_fields = ["id", "created_by", "created_at", "state"]
+        read_only_fields = ["id", "author", "created_by", "created_at", "state"]
+        extra_kwargs = {"ends_at": {"help_text": (
+            "After starts_at, by at most PITWALL_ALERT_SILENCE_MAX_DAYS days (default 90)")}}
 
     def get_state(self, silence: Silence) -> str:
         # "pending" | "active" | "expired", as Alertmanager says it.
@@ -216,7 +219,7 @@ class SilenceSerializer(serializers.ModelSerializer):
                 matchers=validated_data["matchers"],
                 starts_at=validated_data.get("starts_at") or timezone.now(),
                 ends_at=validated_data["ends_at"],
-                author=validated_data.get("author") or request.user.get_username(),
+                author=request.user.get_username(),
                 comment=validated_data["comment"],
                 created_by=request.user)
         except DjangoValidationError as exc:

@@ -56,19 +56,30 @@ def silence_rows(now: datetime) -> tuple[list[SilenceRow], list[SilenceRow]]:
 @silences_access
 def silences(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
-        form = SilenceForm(request.POST)
+        form = own_name(request, SilenceForm(request.POST, initial=_author(request)))
         if form.is_valid() and (silence := save_silence(request, form)):
             messages.success(request, f"Silence {silence.id} created until "
                                       f"{silence.ends_at:%Y-%m-%d %H:%M} UTC.")
             return redirect("web:silences")
     else:
-        initial = {"author": request.user.get_username(),
-                   "matchers": request.GET.get("matchers", "")}
-        form = SilenceForm(initial=initial)
+        form = own_name(request, SilenceForm(
+            initial={**_author(request), "matchers": request.GET.get("matchers", "")}))
     active, expired = silence_rows(timezone.now())
     return render(request, "web/alerts/silences.html", {
         "form": form, "active": active, "expired": expired, "expired_shown": EXPIRED_SHOWN,
         "tab": "silences"})
+
+
+def _author(request: HttpRequest) -> dict[str, str]:
+    return {"author": request.user.get_username()}
+
+
+def own_name(request: HttpRequest, form: SilenceForm) -> SilenceForm:
+    """The author is the signed-in user, shown and not editable: a posted author is ignored
+    (a disabled field takes its initial value), and create_silence names the user anyway."""
+    form.fields["author"].disabled = True
+    form.fields["author"].help_text = "you: a silence is in its creator's name"
+    return form
 
 
 def save_silence(request: HttpRequest, form: SilenceForm) -> Silence | None:
