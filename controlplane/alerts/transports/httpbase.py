@@ -58,9 +58,45 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
+# IPv6 prefixes refused outright, whatever Python's ipaddress thinks of them (its notion of
+# "global" changed between versions): 6to4 (deprecated, RFC 7526; a relay delivers to the IPv4
+# inside), site-local (deprecated private addressing, RFC 3879), Teredo (a tunnel to the IPv4
+# inside), NAT64's local-use prefix (RFC 8215), discard-only, documentation, ORCHIDv2.
+REFUSED_V6 = tuple(ipaddress.IPv6Network(net) for net in (
+    "2002::/16", "fec0::/10", "2001::/32", "64:ff9b:1::/48", "100::/64", "2001:db8::/32",
+    "2001:20::/28"))
+# NAT64's well-known prefix (RFC 6052): the translator connects to the IPv4 in the low 32 bits.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# IPv4-compatible addresses (::a.b.c.d, deprecated): the IPv4 in the low 32 bits.
+COMPAT = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 form leads to: mapped, compatible, NAT64, 6to4, Teredo."""
+    if ip.ipv4_mapped:
+        return ip.ipv4_mapped
+    if ip.sixtofour:
+        return ip.sixtofour
+    if ip.teredo:
+        return ip.teredo[1]  # the client; the server is refused with the prefix anyway
+    if ip in NAT64 or (ip in COMPAT and int(ip) > 1):  # :: and ::1 are themselves
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def is_refused(ip: Address) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.is_site_local or any(ip in net for net in REFUSED_V6):
+            return True
+        inner = embedded_ipv4(ip)
+        if ip.ipv4_mapped:  # only the IPv4 is ever connected to
+            return _refused(ip.ipv4_mapped)
+        if inner is not None and _refused(inner):
+            return True
+    return _refused(ip)
+
+
+def _refused(ip: Address) -> bool:
     return (
         ip.is_private
         or ip.is_loopback

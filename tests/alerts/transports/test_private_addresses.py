@@ -78,3 +78,51 @@ def test_private_shared_multicast_and_reserved_addresses_are_refused(address):
 @pytest.mark.parametrize("address", ["1.1.1.1", "8.8.8.8", "2606:4700:4700::1111"])
 def test_public_addresses_are_allowed(address):
     assert not is_refused(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        # 6to4 (2002::/16): deprecated (RFC 7526), and its relay delivers to the IPv4 inside
+        "2002:7f00:1::1",  # 127.0.0.1 inside
+        "2002:a9fe:a9fe::1",  # 169.254.169.254 inside
+        "2002:c0a8:10a::1",  # 192.168.1.10 inside
+        "2002:808:808::1",  # 8.8.8.8 inside: 6to4 is refused whatever it embeds
+        # site-local (fec0::/10): deprecated private addressing (RFC 3879)
+        "fec0::1",
+        "feff:ffff::1",
+        # NAT64 (64:ff9b::/96) to a private or loopback IPv4; the local-use prefix
+        "64:ff9b::7f00:1",
+        "64:ff9b::a01:203",
+        "64:ff9b::a9fe:a9fe",
+        "64:ff9b:1::808:808",
+        # IPv4-mapped and IPv4-compatible forms of private addresses
+        "::ffff:10.1.2.3",
+        "::ffff:169.254.169.254",
+        "::10.1.2.3",
+        "::127.0.0.1",
+        # Teredo (2001::/32) carries an IPv4 server and client
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+    ],
+)
+def test_ipv6_forms_that_reach_private_or_tunnelled_ipv4_are_refused(address):
+    assert is_refused(ipaddress.ip_address(address))
+
+
+def test_a_webhook_to_a_6to4_address_is_refused_naming_it(default_settings, message,
+                                                            monkeypatch):
+    import socket
+
+    def resolves_to_6to4(host, port, *args, **kwargs):
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2002:7f00:1::1", port, 0, 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolves_to_6to4)
+    with pytest.raises(TransportError) as caught:
+        WebhookTransport().notify({"url": "https://hooks.example.com/x", **CONFIG}, message)
+    assert caught.value.permanent
+    assert str(caught.value).endswith("address 2002:7f00:1::1")
+
+
+@pytest.mark.parametrize("address", ["::ffff:8.8.8.8", "2a00:1450:4001:81b::200e"])
+def test_public_ipv6_forms_are_still_allowed(address):
+    assert not is_refused(ipaddress.ip_address(address))
