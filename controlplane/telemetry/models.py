@@ -42,6 +42,24 @@ class HistogramLayout(models.Model):
         return f"layout {self.id}: {len(self.bounds)} bounds"
 
 
+class HostHistogramLayout(models.Model):
+    """A histogram layout a host has sent. Ingest counts these to cap the distinct layouts each
+    host may register (``MAX_HISTOGRAM_LAYOUTS_PER_HOST``): layout ids are 16-bit and every
+    reader loads the layout table, so one agent token must not be able to fill it (issue 15)."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="+")
+    layout = models.ForeignKey(HistogramLayout, on_delete=models.CASCADE, related_name="+")
+    first_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["host", "layout"], name="host_layout_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"host {self.host_id} uses layout {self.layout_id}"
+
+
 class RollupWatermark(models.Model):
     """How far a rollup tier is built: every bucket before ``upto`` is in its tables.
 

@@ -85,7 +85,7 @@ class IngestApp:
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"the body is not valid JSON: {exc}") from None
         self._check_times(parsed.batches)
-        await self.layouts.resolve(parsed.batches)
+        await self.layouts.resolve(host_id, parsed.batches)
         work = [await self._work(host_id, batch) for batch in parsed.batches]
         new = await self.writer.submit(work)
         accepted = sum(len(b.samples) for b, is_new in zip(parsed.batches, new, strict=True)

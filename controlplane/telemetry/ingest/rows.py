@@ -1,14 +1,20 @@
-"""Validated samples -> row tuples in the column order of the sample tables (schema.py)."""
+"""Validated samples -> row tuples in the column order of the sample tables (schema.py), and the
+histogram layouts they name (bounded per host)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
 
+from controlplane.fleet.models import Host
+from controlplane.telemetry.ingest.credentials import check_token
+from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.registry import HostState
 from controlplane.telemetry.ingest.validate import Batch
-from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.models import HistogramLayout, HostHistogramLayout
 from controlplane.telemetry.schema import TABLES, SampleTable
 
 Rows = dict[str, list[tuple]]  # table name -> rows
@@ -36,16 +42,42 @@ PROC_KEYS = [c.metric.key if c.metric else c.name for c in PROC.columns[1:]]  # 
 ENGINE_PLAN = _engine_plan(ENGINE)
 
 
+DEFAULT_MAX_LAYOUTS_PER_HOST = 64
+
+
+def max_layouts_per_host() -> int:
+    return settings.PITWALL.get("MAX_HISTOGRAM_LAYOUTS_PER_HOST", DEFAULT_MAX_LAYOUTS_PER_HOST)
+
+
+class LayoutLimit(BadRequest):
+    """A host sent more distinct histogram bucket layouts than it may register."""
+
+
 class LayoutCache:
-    """Histogram bucket layouts: bounds tuple -> small id, shared by every row that uses it."""
+    """Histogram bucket layouts: bounds tuple -> small id, shared by every row that uses it.
+
+    Each host may register at most ``MAX_HISTOGRAM_LAYOUTS_PER_HOST`` distinct layouts (counted
+    in HostHistogramLayout, across processes); ``hosts`` caches the layouts each host has, so a
+    known one costs a set lookup, as before.
+    """
 
     def __init__(self) -> None:
         self.ids: dict[tuple, int] = {}
+        self.hosts: dict[int, set[tuple]] = {}
 
-    async def resolve(self, batches: list[Batch]) -> None:
-        missing = {b for b in _bounds(batches) if b not in self.ids}
-        if missing:
-            self.ids.update(await sync_to_async(_layout_ids)(missing))
+    async def resolve(self, host_id: int, batches: list[Batch],
+                      token_id: int | None = None) -> None:
+        known = self.hosts.get(host_id, frozenset())
+        missing = list(dict.fromkeys(b for b in _bounds(batches) if b not in known))
+        if not missing:
+            return
+        try:
+            registered = await sync_to_async(_register_layouts)(host_id, missing, token_id)
+        except LayoutLimit as exc:
+            exc.field = _path_of(batches, exc.bounds)  # type: ignore[attr-defined]
+            raise
+        self.ids.update(registered)
+        self.hosts[host_id] = set(registered)
 
 
 def _bounds(batches: list[Batch]) -> Iterator[tuple]:
@@ -57,12 +89,44 @@ def _bounds(batches: list[Batch]) -> Iterator[tuple]:
                         yield tuple(value["le"])
 
 
-def _layout_ids(bounds: set[tuple]) -> dict[tuple, int]:
-    ids = {}
-    for item in bounds:
-        layout, _ = HistogramLayout.objects.get_or_create(bounds=list(item))
-        ids[item] = layout.id
-    return ids
+def _path_of(batches: list[Batch], bounds: tuple) -> str:
+    """The field of the first histogram with these bounds (only to name a refusal)."""
+    for batch in batches:
+        for i, sample in enumerate(batch.samples):
+            for j, engine in enumerate(sample.get("engines") or ()):
+                for key, value in engine.items():
+                    if type(value) is dict and tuple(value["le"]) == bounds:
+                        return join(batch.path, f"samples[{i}].engines[{j}].{key}.le")
+    return ""
+
+
+@transaction.atomic
+def _register_layouts(host_id: int, wanted: list[tuple],
+                      token_id: int | None) -> dict[tuple, int]:
+    """Every layout of the host, ``wanted`` included, registering the new ones; all or none.
+
+    The host's row is locked while it counts, so concurrent requests (in any process) cannot
+    together pass the cap.
+    """
+    check_token(token_id)
+    list(Host.objects.select_for_update().filter(pk=host_id).values_list("id"))
+    have = {tuple(bounds): layout_id for bounds, layout_id in
+            HostHistogramLayout.objects.filter(host_id=host_id)
+            .values_list("layout__bounds", "layout_id")}
+    new = [b for b in wanted if b not in have]
+    cap = max_layouts_per_host()
+    if len(have) + len(new) > cap:
+        error = LayoutLimit(
+            f"this host already uses {len(have)} histogram bucket layouts and this request "
+            f"adds {len(new)}: at most {cap} are allowed per host "
+            "(PITWALL_MAX_HISTOGRAM_LAYOUTS_PER_HOST)")
+        error.bounds = new[max(0, cap - len(have))]  # type: ignore[attr-defined]
+        raise error
+    for bounds in new:
+        layout, _ = HistogramLayout.objects.get_or_create(bounds=list(bounds))
+        HostHistogramLayout.objects.create(host_id=host_id, layout=layout)
+        have[bounds] = layout.id
+    return have
 
 
 def build_rows(state: HostState, batch: Batch, layouts: dict[tuple, int]) -> Rows:
