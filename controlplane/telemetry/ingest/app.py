@@ -23,7 +23,13 @@ from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.registry import Registry
 from controlplane.telemetry.ingest.rows import LayoutCache, build_rows, engines_seen
 from controlplane.telemetry.ingest.validate import Batch, parse_request
-from controlplane.telemetry.ingest.writer import StorageUnavailable, Work, Writer, due
+from controlplane.telemetry.ingest.writer import (
+    StorageUnavailable,
+    Work,
+    Writer,
+    due,
+    new_incident,
+)
 
 log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
@@ -73,7 +79,7 @@ class IngestApp:
         except BadRequest as exc:
             status, body = exc.status, {"error": exc.message, "field": exc.field}
         except (StorageUnavailable, DatabaseError) as exc:
-            status, body = 503, {"error": f"storage unavailable, retry later: {exc}"}
+            status, body = 503, _unavailable(exc)
         await _reply(send, status, body)
 
     async def _handle(self, scope, receive) -> dict:
@@ -155,6 +161,21 @@ class IngestApp:
                 break
         raw = b"".join(chunks)
         return _gunzip(raw, self.max_body) if encoding == b"gzip" else raw
+
+
+def _unavailable(exc: Exception) -> dict:
+    """The 503's body: retry later, and an id to find the details in the server's log.
+
+    The database's error text (host, port, user, database) stays in the log: it tells an
+    agent, or whoever holds its token, about the inside of the control plane.
+    """
+    incident = getattr(exc, "incident", "")
+    if not incident:  # not logged yet (the writer logs its flush failures itself)
+        incident = new_incident()
+        log.warning("ingest answered 503 [incident %s]: %s: %s", incident,
+                    type(exc).__name__, exc)
+    return {"error": f"storage unavailable, retry later (incident {incident})",
+            "correlation_id": incident}
 
 
 def _tune_gc() -> None:

@@ -64,7 +64,15 @@ class OutsideWindow(BadRequest):
 
 
 class StorageUnavailable(Exception):
-    """The database could not take the flush; nothing of it was stored."""
+    """The database could not take the flush; nothing of it was stored.
+
+    ``incident`` names the log line with the details (the database's own error text names
+    hosts and users: it is logged here, never sent to the agent).
+    """
+
+    def __init__(self, message: str, incident: str = "") -> None:
+        super().__init__(message)
+        self.incident = incident
 
 
 class Writer:
@@ -130,11 +138,13 @@ class Writer:
         try:
             stored = await self._flush(work)
         except Exception as exc:  # noqa: BLE001 - every failure is answered, none is stored
-            log.warning("ingest flush of %d batches failed: %s", len(work), exc)
+            incident = new_incident()
+            log.warning("ingest flush of %d batches failed [incident %s]: %s", len(work),
+                        incident, exc)
             await self._reset_connection()
             for item in work:
                 if not item.future.done():
-                    item.future.set_exception(StorageUnavailable(str(exc)))
+                    item.future.set_exception(StorageUnavailable(str(exc), incident))
             return
         for item, new in zip(work, stored, strict=True):
             if not item.future.done():
@@ -248,6 +258,11 @@ class Writer:
             for stmt in partitions.create_on_demand_sql(missing):
                 await cur.execute(stmt)
         self._known_days |= missing
+
+
+def new_incident() -> str:
+    """A short id that ties a 503 to the log line holding its details."""
+    return uuid.uuid4().hex[:16]
 
 
 def due(last_written: float, now: float | None = None) -> bool:
