@@ -290,6 +290,10 @@ PITWALL = {
     "TUNING_IDLE_WINDOW_S": envint("PITWALL_TUNING_IDLE_WINDOW_S", 3600, minimum=60),
     "TUNING_VERIFY_WINDOW_S": envint("PITWALL_TUNING_VERIFY_WINDOW_S", 600, minimum=60),
     "TUNING_SETTLE_S": envint("PITWALL_TUNING_SETTLE_S", 60, minimum=0),
+    # API tokens made through the API or the tokens page: valid this many days unless asked
+    # otherwise, and never longer than the maximum (docs/security.md).
+    "API_TOKEN_DEFAULT_DAYS": envint("PITWALL_API_TOKEN_DEFAULT_DAYS", 90, minimum=1),
+    "API_TOKEN_MAX_DAYS": envint("PITWALL_API_TOKEN_MAX_DAYS", 365, minimum=1),
     "TUNING_ITL_P99_OBJECTIVE_MS": envint("PITWALL_TUNING_ITL_P99_OBJECTIVE_MS", 100, minimum=1),
 }
 

@@ -3,6 +3,8 @@ token (the agent's own endpoints). Only an HMAC of each token is stored (lib/tok
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
@@ -25,9 +27,14 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         parsed = tokens.parse(raw)
         if parsed is None or parsed.kind != self.kind:
             raise exceptions.AuthenticationFailed(f"not a Pitwall {self.name}")
+        now = timezone.now()
         token = self.rows().filter(lookup=parsed.lookup, revoked_at__isnull=True).first()
         if token is None or not tokens.matches(token.digest, parsed):
             raise exceptions.AuthenticationFailed(f"unknown or revoked {self.name}")
+        if token.expires_at is not None and token.expires_at <= now:
+            raise exceptions.AuthenticationFailed(
+                f"this {self.name} expired at {token.expires_at:%Y-%m-%d %H:%M} UTC")
+        _note_use(token, now)
         return self.found(token)
 
     def rows(self):
@@ -40,6 +47,16 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         return self.keyword
 
 
+# last_used_at is written at most this often per token: a script polling the API every second
+# should not cost a row update per request.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _note_use(token: AgentToken | ApiToken, now) -> None:
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+        type(token).objects.filter(pk=token.pk).update(last_used_at=now)
+
+
 class ApiTokenAuthentication(BearerTokenAuthentication):
     kind, model, name = tokens.USER, ApiToken, "user API token"
 
@@ -49,7 +66,6 @@ class ApiTokenAuthentication(BearerTokenAuthentication):
     def found(self, token: ApiToken):
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("the token's user is inactive")
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
         return token.user, token
 
 

@@ -3,6 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from controlplane.api.views.alerts import AlertRuleViewSet, AlertViewSet, SilenceViewSet
+from controlplane.api.views.audit import AuditViewSet
 from controlplane.api.views.channels import ChannelViewSet, NotificationViewSet
 from controlplane.api.views.deployments import (
     AgentConfigView,
@@ -14,6 +15,7 @@ from controlplane.api.views.gpus import GpuViewSet
 from controlplane.api.views.hosts import HostViewSet
 from controlplane.api.views.series import SeriesView
 from controlplane.api.views.suggestions import SuggestionViewSet
+from controlplane.api.views.tokens import AgentTokenViewSet, ApiTokenViewSet
 
 router = DefaultRouter(use_regex_path=False)
 router.include_format_suffixes = False  # /hosts/1.json adds nothing to ?format=json
@@ -27,6 +29,9 @@ router.register("alerts", AlertViewSet, basename="alert")
 router.register("silences", SilenceViewSet, basename="silence")
 router.register("channels", ChannelViewSet, basename="channel")
 router.register("notifications", NotificationViewSet, basename="notification")
+router.register("tokens", ApiTokenViewSet, basename="token")
+router.register("agent-tokens", AgentTokenViewSet, basename="agent-token")
+router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

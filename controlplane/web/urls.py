@@ -32,5 +32,10 @@ urlpatterns = [
     path("suggestions/", views.suggestion_list, name="suggestions"),
     path("suggestions/<int:suggestion_id>/<str:action>/", views.suggestion_action,
          name="suggestion_action"),
+    path("account/tokens/", views.api_tokens, name="tokens"),
+    path("account/tokens/<int:token_id>/revoke/", views.api_token_revoke, name="token_revoke"),
+    path("account/agent-tokens/<int:token_id>/revoke/", views.agent_token_revoke,
+         name="agent_token_revoke"),
+    path("audit/", views.audit, name="audit"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -2,19 +2,24 @@ import os
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
     help = (
         "Create the superuser `admin` if missing. Its password is PITWALL_ADMIN_PASSWORD "
-        "(also applied to an existing admin), else generated and printed once."
+        "(also applied to an existing admin), else generated and printed once. A chosen "
+        "password must pass the password validators (AUTH_PASSWORD_VALIDATORS)."
     )
 
     def handle(self, **options) -> None:
         users = get_user_model()
         wanted = os.environ.get("PITWALL_ADMIN_PASSWORD")
         admin = users.objects.filter(username="admin").first()
+        if wanted:
+            _check(wanted, admin or users(username="admin"))
         if admin is None:
             password = wanted or secrets.token_urlsafe(12)
             users.objects.create_superuser("admin", "", password)
@@ -29,3 +34,11 @@ class Command(BaseCommand):
         else:
             self.stdout.write("User admin exists; its password was printed when it was created "
                               "(set PITWALL_ADMIN_PASSWORD to reset it)")
+
+
+def _check(password: str, user) -> None:
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise CommandError("PITWALL_ADMIN_PASSWORD is refused: " + " ".join(exc.messages)
+                           ) from None
