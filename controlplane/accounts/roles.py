@@ -68,7 +68,9 @@ def assign_role(user, role: str) -> None:
 
     if role not in ORDER:
         raise ValueError(f"unknown role {role!r}: one of {', '.join(ORDER)}")
-    user.groups.remove(*Group.objects.filter(name__in=[r for r in ORDER if r != role]))
+    others = user.groups.filter(name__in=[r for r in ORDER if r != role])
+    if others:
+        user.groups.remove(*others)
     user.groups.add(Group.objects.get(name=role))
 
 

@@ -46,7 +46,10 @@ def current() -> Actor:
 
 
 def system() -> Actor:
-    process = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    path = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    process = os.path.basename(path)
+    if process == "__main__.py":  # python -m celery, python -m pytest
+        process = os.path.basename(os.path.dirname(path))
     if process == "manage.py" and len(sys.argv) > 1:
         process = f"manage.py {sys.argv[1]}"
     return Actor(f"system: {process}"[:150], None, "system", None, False)
