@@ -55,7 +55,7 @@ class ArgSpec:
     aliases: tuple[str, ...] = ()  # short flags, read back by from_argv only
     removal_hint: str = ""  # what to do instead once the argument is gone
     # Makes vLLM import or run code the config chooses (a bool: when true). Setting one needs
-    # the control plane's fleet.deploy_code permission (docs/deployments.md, "Code loading").
+    # the control plane's fleet.deploy_code permission (docs/security.md).
     loads_code: bool = False
 
 

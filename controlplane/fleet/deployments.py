@@ -7,6 +7,20 @@ against the host's inventory and its other deployments, the CPU binding against 
 CPUs and NUMA nodes. Every accepted change is a ``DeploymentRevision`` (who, when, why, what
 changed) and bumps the host's ``config_version``, which ingest's replies carry, so the agent
 fetches the new config within a batch or two.
+
+A deployment is code execution on a GPU host, so (docs/security.md):
+
+- no value may read as an option on vLLM's command line (``-`` first), the model included;
+- ``env`` names are ``[A-Z_][A-Z0-9_]*``, at most ``MAX_ENV_VARS`` of them, values at most
+  ``MAX_ENV_VALUE`` characters; loader variables (``agents.vllm_args_catalog.LOADER_ENV``:
+  ``LD_PRELOAD``, ``PYTHONPATH`` ...) are refused unless ``PITWALL_DEPLOY_ALLOW_LOADER_ENV``;
+- a config that loads code (an argument marked ``loads_code``, a loader variable) is written
+  only by holders of ``fleet.deploy_code``, but for changes that cannot change which code
+  runs (``NEUTRAL_FIELDS`` and numeric, switch and choice arguments);
+- env values are write-only: every reader sees ``REDACTED``, revisions keep only the redacted
+  form (a revert keeps the values the deployment holds), a write that sends ``REDACTED`` back
+  for a key keeps its stored value, and only the host's agent gets the values
+  (``agent_config``).
 """
 
 from __future__ import annotations
@@ -16,6 +30,7 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
@@ -34,23 +49,75 @@ from controlplane.fleet.models import (
 DESIRED_FIELDS = ("enabled", "model", "port", "gpu_indices", "vllm_version", "args", "cpus",
                   "numa_node", "env", "drain_timeout_s")
 MAX_DRAIN_S = 3600
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*\Z")
+MAX_ENV_NAME = 128
+MAX_ENV_VARS = 64
+MAX_ENV_VALUE = 4096
+# What every reader (API, pages, revisions) sees of an env value; sent back, it keeps the value.
+REDACTED = "<redacted>"
 # Set by the agent from gpu_indices: a second source of truth would only disagree.
 RESERVED_ENV = {"CUDA_VISIBLE_DEVICES"}
+DEPLOY_CODE = "fleet.deploy_code"
+ALLOW_LOADER_ENV = "DEPLOY_ALLOW_LOADER_ENV"  # settings.PITWALL key (PITWALL_DEPLOY_ALLOW_...)
+# Fields whose change cannot change which code a deployment runs: open to writers without
+# fleet.deploy_code even when the config loads code. So are the numeric, switch and choice
+# arguments (not the strings: tokenizer, revision, download_dir... name what is loaded).
+NEUTRAL_FIELDS = ("enabled", "port", "gpu_indices", "vllm_version", "cpus", "numa_node",
+                  "drain_timeout_s")
 LOG_LINES = 200  # of a report's log tail, kept
 # A Unix socket path holds 107 characters; vLLM's are TMPDIR + "/" + a 36-character uuid.
 MAX_TMPDIR = 107 - 1 - 36
 
 
+class CodeNotPermitted(ValidationError):
+    """A change that would make the deployment load code the writer chose, by a writer without
+    fleet.deploy_code; keyed by field like a ValidationError (the API answers 403)."""
+
+
 def desired_config(deployment: Deployment) -> dict:
-    return {name: getattr(deployment, name) for name in DESIRED_FIELDS}
+    """The desired config as revisions keep it and pages show it: env values redacted."""
+    config = {name: getattr(deployment, name) for name in DESIRED_FIELDS}
+    return redacted_config(config)
+
+
+def redacted_config(config: dict) -> dict:
+    """`config` with its env values replaced by REDACTED (also for revisions written before
+    values were redacted)."""
+    if not isinstance(config, dict) or not isinstance(config.get("env"), dict):
+        return config
+    return {**config, "env": redact_env(config["env"])}
+
+
+def redact_env(env) -> dict:
+    return {name: REDACTED for name in env} if isinstance(env, dict) else env
+
+
+def resolve_env(env, stored) -> dict:
+    """`env` with each REDACTED value replaced by the stored value of that key, if any (a
+    REDACTED that is left is refused by `check`)."""
+    if not isinstance(env, dict) or not isinstance(stored, dict):
+        return env
+    return {name: stored[name] if value == REDACTED and name in stored else value
+            for name, value in env.items()}
+
+
+def code_loading(config: dict) -> dict[str, list[str]]:
+    """What in a desired config makes vLLM load code of the writer's choosing."""
+    args, env = config.get("args"), config.get("env")
+    return {"args": vllm_args.code_loading_args(args) if isinstance(args, dict) else [],
+            "env": vllm_args.loader_env(env) if isinstance(env, dict) else []}
+
+
+def loader_env_allowed() -> bool:
+    return bool(getattr(settings, "PITWALL", {}).get(ALLOW_LOADER_ENV, False))
 
 
 def check(deployment: Deployment) -> None:
     """Raise a ValidationError keyed by field when the desired config cannot run."""
     errors: dict[str, list[str]] = {}
     host = Host.objects.filter(pk=deployment.host_id).only("cpu_count", "numa_nodes").first()
-    for field, problems in (("args", _arg_errors(deployment)),
+    for field, problems in (("model", _model_errors(deployment.model)),
+                            ("args", _arg_errors(deployment)),
                             ("gpu_indices", _gpu_errors(deployment)),
                             ("port", _port_errors(deployment.port)),
                             ("cpus", _cpu_errors(deployment, host)),
@@ -61,6 +128,13 @@ def check(deployment: Deployment) -> None:
             errors[field] = problems
     if errors:
         raise ValidationError(errors)
+
+
+def _model_errors(model) -> list[str]:
+    if isinstance(model, str) and vllm_args.option_like(model):
+        return [f"{model!r} would be read as an option (it starts with '-'): give the model's "
+                "name or path"]
+    return []
 
 
 def _arg_errors(d: Deployment) -> list[str]:
@@ -143,9 +217,23 @@ def _numa_errors(d: Deployment, host: Host | None) -> list[str]:
 def _env_errors(env) -> list[str]:
     if not isinstance(env, dict):
         return ['must be a JSON object of strings, e.g. {"VLLM_LOGGING_LEVEL": "INFO"}']
-    errors = [f"{k!r} is not a valid variable name" for k in env if not ENV_NAME.match(k)]
+    if len(env) > MAX_ENV_VARS:
+        return [f"{len(env)} variables: at most {MAX_ENV_VARS}"]
+    errors = [f"{k!r} is not a valid variable name (upper-case letters, digits and _, not "
+              f"first a digit, at most {MAX_ENV_NAME} characters)"
+              for k in env if not ENV_NAME.match(k) or len(k) > MAX_ENV_NAME]
     errors += [f"{k}: must be a string" for k, v in env.items() if not isinstance(v, str)]
+    errors += [f"{k}: at most {MAX_ENV_VALUE} characters" for k, v in env.items()
+               if isinstance(v, str) and len(v) > MAX_ENV_VALUE]
+    errors += [f"{k}: holds a NUL character" for k, v in env.items()
+               if isinstance(v, str) and "\x00" in v]
+    errors += [f"{k}: {REDACTED} stands for the value the deployment holds, and it holds none "
+               "for this variable: send the value" for k, v in env.items() if v == REDACTED]
     errors += [f"{k} is set by the agent from gpu_indices" for k in env if k in RESERVED_ENV]
+    if not loader_env_allowed():
+        errors += [f"{k} makes vLLM load code it names (a loader variable); this control plane "
+                   "refuses them (PITWALL_DEPLOY_ALLOW_LOADER_ENV is off)"
+                   for k in vllm_args.loader_env(env)]
     tmpdir = env.get("TMPDIR")
     if isinstance(tmpdir, str) and len(tmpdir) > MAX_TMPDIR:
         errors.append(f"TMPDIR is {len(tmpdir)} characters long: vLLM binds its ZMQ sockets at "
@@ -158,18 +246,86 @@ def _drain_errors(seconds: int) -> list[str]:
     return [] if 1 <= seconds <= MAX_DRAIN_S else [f"must be between 1 and {MAX_DRAIN_S}"]
 
 
+def permission_problems(before: dict | None, after: dict) -> dict[str, list[str]]:
+    """What a writer without fleet.deploy_code may not change from `before` (None: a new
+    deployment) to `after`, keyed by field; empty when nothing."""
+    loads = code_loading(after)
+    what = ", ".join(loads["args"] + loads["env"])
+    errors: dict[str, list[str]] = {}
+    for field in DESIRED_FIELDS:
+        old = before.get(field) if before is not None else None
+        new = after.get(field)
+        if field in ("args", "env"):
+            problems = _keyed_problems(field, old, new, loads[field], what)
+        elif field in NEUTRAL_FIELDS or not what or (before is not None and old == new):
+            problems = []
+        else:
+            problems = [f"this deployment loads code ({what}): changing {field} needs the "
+                        f"permission {DEPLOY_CODE}"]
+        if problems:
+            errors[field] = problems
+    return errors
+
+
+def _keyed_problems(field: str, old, new, loading: list[str], what: str) -> list[str]:
+    old = old if isinstance(old, dict) else {}
+    new = new if isinstance(new, dict) else {}
+    problems = []
+    for key in sorted(set(old) | set(new), key=str):
+        if key in new and key in old and new[key] == old[key]:
+            continue
+        if key in loading:
+            kind = "loads code it names" if field == "args" else "is a loader variable"
+            problems.append(f"{key}: {kind}; setting it needs the permission {DEPLOY_CODE}")
+        elif what and not (field == "args" and _neutral_arg(key)) and not _dropped_loader(
+                field, key, new):
+            problems.append(f"{key}: this deployment loads code ({what}): changing it needs "
+                            f"the permission {DEPLOY_CODE}")
+    return problems
+
+
+def _neutral_arg(name: str) -> bool:
+    spec = vllm_args.CATALOG.get(name)
+    return spec is not None and spec.kind not in ("str", "strs") and not spec.loads_code
+
+
+def _dropped_loader(field: str, key: str, new: dict) -> bool:
+    """Removing (or switching off) something that loads code is always allowed."""
+    if field == "args":
+        spec = vllm_args.CATALOG.get(key)
+        return bool(spec and spec.loads_code) and new.get(key, False) is False
+    return key not in new and bool(vllm_args.loader_env({key: ""}))
+
+
+def may_load_code(author) -> bool:
+    """None is Pitwall itself (make run's demo fleet, a service without a user)."""
+    return author is None or bool(author.has_perm(DEPLOY_CODE))
+
+
+def _stored(deployment: Deployment) -> dict | None:
+    if deployment.pk is None:
+        return None
+    return Deployment.objects.filter(pk=deployment.pk).values(*DESIRED_FIELDS).first()
+
+
 @transaction.atomic
 def save(deployment: Deployment, author=None, reason: str = "") -> DeploymentRevision | None:
     """Check and store a new or changed deployment as a new revision; None when nothing of the
-    desired config changed (no revision, nothing for the agent to do)."""
+    desired config changed (no revision, nothing for the agent to do). An env value of
+    REDACTED keeps the stored value; CodeNotPermitted when `author` may not make the change."""
     # The host's row lock orders concurrent changes: two deployments cannot both take a GPU.
     Host.objects.select_for_update().filter(pk=deployment.host_id).first()
+    before = _stored(deployment)
+    deployment.env = resolve_env(deployment.env, (before or {}).get("env") or {})
     check(deployment)
-    before = _last_config(deployment)
-    changed = [n for n in DESIRED_FIELDS if before is None or before.get(n) != getattr(
-        deployment, n)]
+    after = {name: getattr(deployment, name) for name in DESIRED_FIELDS}
+    if not may_load_code(author) and (problems := permission_problems(before, after)):
+        raise CodeNotPermitted(problems)
+    changed = [n for n in DESIRED_FIELDS if before is None or before.get(n) != after[n]]
     if before is not None and not changed:
         return None
+    if before is not None and "env" in changed:
+        changed += [f"env.{k}" for k in _env_diff(before.get("env") or {}, after["env"])]
     deployment.revision = 1 if deployment.pk is None else deployment.revision + 1
     deployment.updated_at = timezone.now()
     deployment.save()
@@ -179,11 +335,9 @@ def save(deployment: Deployment, author=None, reason: str = "") -> DeploymentRev
         config=desired_config(deployment), changed=changed, author=author, reason=reason)
 
 
-def _last_config(deployment: Deployment) -> dict | None:
-    if deployment.pk is None:
-        return None
-    return (DeploymentRevision.objects.filter(deployment=deployment)
-            .order_by("-revision").values_list("config", flat=True).first())
+def _env_diff(old: dict, new: dict) -> list[str]:
+    """The variables added, removed or given another value: revisions show which, not how."""
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
 @transaction.atomic
@@ -194,6 +348,12 @@ def revert(deployment: Deployment, revision: int, author=None,
     if old is None:
         raise ValidationError({"revision": [f"deployment {deployment.name!r} has no revision "
                                             f"{revision}"]})
+    env = old.config.get("env")
+    if lost := sorted(k for k, v in (env if isinstance(env, dict) else {}).items()
+                      if v == REDACTED and k not in (deployment.env or {})):
+        raise ValidationError({"env": [
+            f"{', '.join(lost)}: revision {revision} does not keep env values (they are "
+            "write-only) and the deployment no longer holds one: set it first, then revert"]})
     for name in DESIRED_FIELDS:
         setattr(deployment, name, old.config.get(name, getattr(deployment, name)))
     return save(deployment, author, reason or f"revert to revision {revision}")
@@ -268,9 +428,13 @@ def _reported(report: dict) -> dict:
 
 
 def _when(unix: float | None) -> datetime | None:
+    """The serializer bounds the times; out of range here is None, never an error."""
     if unix is None or not math.isfinite(unix):
         return None
-    return datetime.fromtimestamp(unix, UTC)
+    try:
+        return datetime.fromtimestamp(unix, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 STATES = [s.value for s in DeploymentState if s != DeploymentState.UNKNOWN]

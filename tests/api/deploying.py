@@ -40,3 +40,34 @@ def llama(host: Host, **changes) -> dict:
             "cpus": [0, 1, 2, 3], "env": {"VLLM_LOGGING_LEVEL": "INFO"},
             "reason": "first rollout"}
     return {**body, **changes}
+
+
+DEPLOYMENT_PERMISSIONS = ("view_host", "view_deployment", "add_deployment",
+                          "change_deployment", "delete_deployment")
+
+
+def deployment_writer(username: str, *, deploy_code: bool) -> APIClient:
+    """A client for a user who may change deployments, with or without fleet.deploy_code
+    (staff too, for the control planes that still gate writes on is_staff)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    from controlplane.fleet.tokens import issue_api_token
+
+    user = get_user_model().objects.create_user(username, is_staff=True)
+    codenames = [*DEPLOYMENT_PERMISSIONS, *(["deploy_code"] if deploy_code else [])]
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="fleet",
+                                                        codename__in=codenames))
+    return bearer_client(issue_api_token(username, name="tests"))
+
+
+@pytest.fixture
+def writer(db) -> APIClient:
+    """May change deployments, but not deploy code-loading arguments."""
+    return deployment_writer("dana", deploy_code=False)
+
+
+@pytest.fixture
+def code_writer(db) -> APIClient:
+    """Holds fleet.deploy_code as well."""
+    return deployment_writer("cody", deploy_code=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from controlplane.fleet.models import Deployment
 from controlplane.fleet.tokens import issue_agent_token
 from tests.api.deploying import llama
@@ -88,3 +90,26 @@ def test_a_report_of_a_deleted_deployment_is_skipped(gpu_host):
     reply = gpu_host.agent.post("/api/v1/agent/status",
                                 {"deployments": [{**REPORT, "id": 999999}]}, format="json")
     assert reply.status_code == 200 and reply.json() == {"stored": 0}
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("since", 1e20), ("since", -1e20), ("since", 1e300), ("next_start_at", 1e20),
+    ("pid", 2**40), ("restarts", 2**40), ("exit_code", 2**40), ("exit_code", -2**40),
+    ("revision", 2**40), ("id", 2**70),
+])
+def test_an_out_of_range_number_is_refused_naming_the_field(staff, gpu_host, field, value):
+    made = staff.post("/api/v1/deployments/", llama(gpu_host.host), format="json").json()
+    report = {**REPORT, "id": made["id"], field: value}
+    reply = gpu_host.agent.post("/api/v1/agent/status", {"deployments": [report]},
+                                format="json")
+    assert reply.status_code == 400 and field in str(reply.json())
+    assert Deployment.objects.get(pk=made["id"]).state == "unknown"
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_timestamp_that_is_not_a_number_is_refused(staff, gpu_host, value):
+    made = staff.post("/api/v1/deployments/", llama(gpu_host.host), format="json").json()
+    body = f'{{"deployments": [{{"id": {made["id"]}, "state": "ready", "since": {value}}}]}}'
+    reply = gpu_host.agent.post("/api/v1/agent/status", body,
+                                content_type="application/json")
+    assert reply.status_code == 400

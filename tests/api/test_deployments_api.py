@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from controlplane.fleet.models import Deployment, DeploymentRevision, Host
+from tests.api import deploying
 from tests.api.deploying import llama
 
+# Fixtures: may change deployments without, and with, fleet.deploy_code.
+writer, code_writer = deploying.writer, deploying.code_writer
+
 URL = "/api/v1/deployments/"
+REDACTED = "<redacted>"  # what every reader sees of an env value
 
 
 def version(host: Host) -> int:
@@ -129,3 +138,137 @@ def test_deleting_a_deployment_bumps_the_hosts_config_version(staff, gpu_host):
     created = staff.post(URL, llama(gpu_host.host), format="json").json()
     assert staff.delete(f"{URL}{created['id']}/").status_code == 204
     assert version(gpu_host.host) == 2 and not Deployment.objects.exists()
+
+
+# --- issue 15: options in values, loader variables, code-loading arguments, secrets ----------
+
+@pytest.mark.parametrize(("changes", "field", "needle"), [
+    ({"model": "--middleware=evilmod.app"}, "model", "read as an option"),
+    ({"args": {"served_model_name": ["m", "--tool-parser-plugin", "/tmp/p.py"]}}, "args",
+     "served_model_name"),
+    ({"args": {"tokenizer": "--chat-template=/tmp/t.jinja"}}, "args", "tokenizer"),
+])
+def test_a_value_that_would_read_as_an_option_is_refused_naming_the_field(
+        staff, gpu_host, changes, field, needle):
+    reply = staff.post(URL, llama(gpu_host.host, **changes), format="json")
+    assert reply.status_code == 400, reply.json()
+    assert any(needle in m for m in reply.json()[field])
+    assert not Deployment.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTHONPATH", "LD_AUDIT", "BASH_ENV",
+                                  "PYTHONSTARTUP", "LD_ANYTHING"])
+def test_loader_variables_in_env_are_refused_by_default(code_writer, gpu_host, name):
+    reply = code_writer.post(URL, llama(gpu_host.host, env={name: "/tmp/x"}), format="json")
+    assert reply.status_code == 400
+    [message] = reply.json()["env"]
+    assert name in message and "PITWALL_DEPLOY_ALLOW_LOADER_ENV" in message
+
+
+def test_allowed_loader_variables_still_need_the_deploy_code_permission(
+        writer, code_writer, gpu_host, settings):
+    settings.PITWALL = {**settings.PITWALL, "DEPLOY_ALLOW_LOADER_ENV": True}
+    body = llama(gpu_host.host, env={"LD_PRELOAD": "/opt/libfast.so"})
+    refused = writer.post(URL, body, format="json")
+    assert refused.status_code == 403 and "LD_PRELOAD" in str(refused.json()["env"])
+    assert not Deployment.objects.exists()
+    made = code_writer.post(URL, body, format="json")
+    assert made.status_code == 201, made.json()
+    assert made.json()["code_loading_env"] == ["LD_PRELOAD"]
+
+
+@pytest.mark.parametrize("env", [{"hf_token": "x"}, {"A-B": "x"}, {"1A": "x"}, {"": "x"},
+                                 {"A": "x" * 4097}, {f"V{i}": "x" for i in range(65)},
+                                 {"A": 1}, {"A": "nul\u0000"}])
+def test_env_names_values_and_count_are_bounded(staff, gpu_host, env):
+    reply = staff.post(URL, llama(gpu_host.host, env=env), format="json")
+    assert reply.status_code == 400 and reply.json()["env"]
+
+
+def test_code_loading_arguments_need_the_deploy_code_permission(writer, code_writer, gpu_host):
+    body = llama(gpu_host.host, args={"max_num_seqs": 64, "trust_remote_code": True})
+    refused = writer.post(URL, body, format="json")
+    assert refused.status_code == 403
+    assert any("trust_remote_code" in m and "fleet.deploy_code" in m
+               for m in refused.json()["args"])
+    assert not Deployment.objects.exists()
+    made = code_writer.post(URL, body, format="json")
+    assert made.status_code == 201 and made.json()["code_loading_args"] == ["trust_remote_code"]
+    detail = f"{URL}{made.json()['id']}/"
+    assert writer.get(detail).json()["code_loading_args"] == ["trust_remote_code"]
+    # Changes that cannot change which code runs stay open to every writer...
+    tuned = writer.patch(detail, {"args": {"max_num_seqs": 32, "trust_remote_code": True},
+                                  "enabled": False}, format="json")
+    assert tuned.status_code == 200, tuned.json()
+    # ...but not what remote code is loaded from, while it is trusted.
+    other = writer.patch(detail, {"model": "evil/model-with-code"}, format="json")
+    assert other.status_code == 403 and "model" in other.json()
+    # Turning it off is always allowed; bringing it back (a revert) is not.
+    off = writer.patch(detail, {"args": {"max_num_seqs": 32}}, format="json")
+    assert off.status_code == 200 and off.json()["code_loading_args"] == []
+    back = writer.post(f"{detail}revert/", {"revision": 1}, format="json")
+    assert back.status_code == 403 and "trust_remote_code" in str(back.json())
+    assert code_writer.post(f"{detail}revert/", {"revision": 1},
+                            format="json").status_code == 200
+
+
+def test_env_values_are_write_only_for_every_user(staff, api, gpu_host):
+    body = llama(gpu_host.host, env={"HF_TOKEN": "hf_s3cret", "VLLM_LOGGING_LEVEL": "INFO"})
+    made = staff.post(URL, body, format="json")
+    assert made.status_code == 201
+    assert made.json()["env"] == {"HF_TOKEN": REDACTED, "VLLM_LOGGING_LEVEL": REDACTED}
+    detail = f"{URL}{made.json()['id']}/"
+    for client in (staff, api):
+        for url in (URL, detail, f"{detail}revisions/"):
+            reply = client.get(url)
+            assert reply.status_code == 200 and "hf_s3cret" not in reply.content.decode()
+    assert staff.get(detail).json()["env"]["HF_TOKEN"] == REDACTED
+    stored = DeploymentRevision.objects.get(deployment_id=made.json()["id"]).config
+    assert "hf_s3cret" not in json.dumps(stored) and stored["env"]["HF_TOKEN"] == REDACTED
+    # The host's agent, and nobody else, gets the value.
+    [spec] = gpu_host.agent.get("/api/v1/agent/config").json()["deployments"]
+    assert spec["env"] == {"HF_TOKEN": "hf_s3cret", "VLLM_LOGGING_LEVEL": "INFO"}
+
+
+def test_sending_the_placeholder_back_keeps_the_value_and_revisions_say_what_changed(
+        staff, gpu_host):
+    made = staff.post(URL, llama(gpu_host.host, env={"HF_TOKEN": "hf_a", "LEVEL": "INFO"}),
+                      format="json").json()
+    detail = f"{URL}{made['id']}/"
+    # What an edit form does: the whole config back, as read, with one thing changed.
+    shown = staff.get(detail).json()
+    writable = {k: shown[k] for k in ("host", "name", "enabled", "model", "port",
+                                      "gpu_indices", "vllm_version", "args", "cpus",
+                                      "numa_node", "env", "drain_timeout_s")}
+    put = staff.put(detail, {**writable, "args": {**shown["args"], "max_num_seqs": 64}},
+                    format="json")
+    assert put.status_code == 200, put.json()
+    assert Deployment.objects.get(pk=made["id"]).env == {"HF_TOKEN": "hf_a", "LEVEL": "INFO"}
+    level = staff.patch(detail, {"env": {"HF_TOKEN": REDACTED, "LEVEL": "DEBUG"}},
+                        format="json")
+    assert level.status_code == 200 and level.json()["revision"] == 3
+    rotated = staff.patch(detail, {"env": {"HF_TOKEN": "hf_b", "LEVEL": REDACTED}},
+                          format="json")
+    assert rotated.json()["revision"] == 4
+    assert Deployment.objects.get(pk=made["id"]).env == {"HF_TOKEN": "hf_b", "LEVEL": "DEBUG"}
+    same = staff.patch(detail, {"env": {"HF_TOKEN": REDACTED, "LEVEL": REDACTED}},
+                       format="json")
+    assert same.json()["revision"] == 4  # nothing changed: no revision
+    changed = [r["changed"] for r in staff.get(f"{detail}revisions/").json()]
+    assert changed[:3] == [["env", "env.HF_TOKEN"], ["env", "env.LEVEL"], ["args"]]
+    unknown = staff.patch(detail, {"env": {"NEW_SECRET": REDACTED}}, format="json")
+    assert unknown.status_code == 400 and "NEW_SECRET" in unknown.json()["env"][0]
+
+
+def test_a_revert_keeps_the_current_secret_values(staff, gpu_host):
+    made = staff.post(URL, llama(gpu_host.host, env={"HF_TOKEN": "hf_a"}), format="json").json()
+    detail = f"{URL}{made['id']}/"
+    staff.patch(detail, {"env": {"HF_TOKEN": "hf_b"}, "args": {"max_num_seqs": 8}},
+                format="json")
+    assert staff.post(f"{detail}revert/", {"revision": 1}, format="json").status_code == 200
+    reverted = Deployment.objects.get(pk=made["id"])
+    assert reverted.args["max_num_seqs"] == 128 and reverted.env == {"HF_TOKEN": "hf_b"}
+    # A value no longer held cannot come back from a revision, which never kept it.
+    staff.patch(detail, {"env": {}}, format="json")
+    lost = staff.post(f"{detail}revert/", {"revision": 1}, format="json")
+    assert lost.status_code == 400 and "HF_TOKEN" in lost.json()["env"][0]

@@ -133,3 +133,23 @@ def test_a_deployment_without_gpus_says_it_runs_the_cpu_build(signed_in, db):
 
     assert "none (CPU)" in signed_in.get("/deployments/").content.decode()
     assert "no GPU (CPU build)" in signed_in.get(f"/deployments/{d.pk}/").content.decode()
+
+
+def test_env_values_never_reach_a_page_and_code_loading_arguments_are_marked(
+        signed_in, lead, db):
+    d = Deployment(host=Host.objects.create(hostname="cpu-box"), name="custom",
+                   model="org/custom-arch", port=8001,
+                   gpu_indices=[], vllm_version="0.33.0",
+                   args={"trust_remote_code": True, "max_num_seqs": 8},
+                   env={"HF_TOKEN": "hf_page_s3cret"})
+    deployments.save(d, reason="needs its own modelling code")
+    d.args = {**d.args, "max_num_seqs": 16}
+    d.env = {"HF_TOKEN": "hf_rotated_s3cret"}
+    deployments.save(d, reason="rotate")
+    for client in (signed_in, lead):
+        html = client.get(f"/deployments/{d.pk}/").content.decode()
+        assert "s3cret" not in html
+        assert "HF_TOKEN" in html and "&lt;redacted&gt;" in html
+        assert 'data-loads-code="trust_remote_code"' in html
+        assert "env.HF_TOKEN" in html  # the revision says which variable changed
+    assert "s3cret" not in signed_in.get("/deployments/").content.decode()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import math
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
 
 from agents import vllm_args
 from controlplane.api.serializers.alerts import drf_errors
@@ -15,6 +17,11 @@ from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment, DeploymentRevision, Host
 
 _INTS = {"type": "array", "items": {"type": "integer"}}
+# Bounds of what the agent reports, as the columns hold them: out of range is a 400, not a 500.
+MAX_INT32 = 2**31 - 1
+MAX_BIGINT = 2**63 - 1
+# Unix seconds an agent may report: 1970 to 2100 (a clock that far off is a bug to refuse).
+MAX_UNIX_S = 4102444800.0
 
 
 @extend_schema_field(_INTS)
@@ -51,20 +58,43 @@ class DeploymentSerializer(serializers.ModelSerializer):
         'vLLM arguments by name, e.g. {"max_num_seqs": 256, "gpu_memory_utilization": 0.9}; '
         "checked against the arguments vllm_version accepts"))
     cpus = NullableIntListField(required=False, help_text="CPU ids to bind to; null: unbound")
-    env = ObjectField(required=False, help_text="Extra environment variables")
+    env = ObjectField(required=False, help_text=(
+        f"Extra environment variables. Values are write-only: every reader gets "
+        f"{deployments.REDACTED!r} for each, and a write that sends {deployments.REDACTED!r} "
+        f"for a variable keeps the value it holds. Loader variables (LD_PRELOAD, PYTHONPATH "
+        f"...) are refused unless the control plane allows them"))
     vllm_version = serializers.CharField(
         max_length=32, required=False, default=vllm_args.DEFAULT_VERSION,
         help_text=f"The vLLM release on the host; known: {', '.join(vllm_args.KNOWN_VERSIONS)}")
     reason = serializers.CharField(write_only=True, required=False, allow_blank=True,
                                    help_text="Why: kept with the revision")
     status = DeploymentStatusSerializer(source="*", read_only=True)
+    code_loading_args = serializers.SerializerMethodField(help_text=(
+        "The arguments that make vLLM import or run code the config chooses "
+        "(trust_remote_code ...); changing them needs the permission fleet.deploy_code"))
+    code_loading_env = serializers.SerializerMethodField(help_text=(
+        "The loader variables in env (LD_PRELOAD ...); they need fleet.deploy_code"))
 
     class Meta:
         model = Deployment
         fields = ["id", "host", "hostname", "name", "enabled", "model", "port", "gpu_indices",
                   "vllm_version", "args", "cpus", "numa_node", "env", "drain_timeout_s",
+                  "code_loading_args", "code_loading_env",
                   "revision", "created_at", "updated_at", "status", "reason"]
         read_only_fields = ["id", "revision", "created_at", "updated_at"]
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        data["env"] = deployments.redact_env(data.get("env") or {})
+        return data
+
+    @extend_schema_field(StringListField)
+    def get_code_loading_args(self, d: Deployment) -> list[str]:
+        return deployments.code_loading({"args": d.args})["args"]
+
+    @extend_schema_field(StringListField)
+    def get_code_loading_env(self, d: Deployment) -> list[str]:
+        return deployments.code_loading({"env": d.env})["env"]
 
     def validate_host(self, host: Host) -> Host:
         if self.instance is not None and host.pk != self.instance.host_id:
@@ -72,6 +102,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return host
 
     def validate(self, attrs):
+        if "env" in attrs:  # the placeholder sent back keeps the value held
+            held = self.instance.env if self.instance is not None else {}
+            attrs["env"] = deployments.resolve_env(attrs["env"], held)
         draft = copy.copy(self.instance) if self.instance is not None else Deployment()
         for name, value in attrs.items():
             if name != "reason":
@@ -93,19 +126,33 @@ class DeploymentSerializer(serializers.ModelSerializer):
         for name, value in data.items():
             setattr(deployment, name, value)
         user = self.context["request"].user
-        deployments.save(deployment, author=user, reason=reason)
+        try:
+            deployments.save(deployment, author=user, reason=reason)
+        except deployments.CodeNotPermitted as exc:
+            raise PermissionDenied(exc.message_dict) from None
+        except DjangoValidationError as exc:
+            raise drf_errors(exc) from None
         return deployment
 
 
 class DeploymentRevisionSerializer(serializers.ModelSerializer):
     author = serializers.CharField(source="author.username", read_only=True, default=None)
-    config = ObjectField(read_only=True, help_text="The desired config of this revision")
-    changed = StringListField(read_only=True, help_text="Fields changed from the one before")
+    config = ObjectField(read_only=True, help_text=(
+        "The desired config of this revision, env values redacted"))
+    changed = StringListField(read_only=True, help_text=(
+        'Fields changed from the one before; a changed env also lists "env.NAME" for each '
+        "variable added, removed or given another value"))
 
     class Meta:
         model = DeploymentRevision
         fields = ["revision", "config", "changed", "author", "reason", "created_at"]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # Revisions are stored redacted; older ones were not.
+        data["config"] = deployments.redacted_config(data.get("config"))
+        return data
 
 
 class RevertSerializer(serializers.Serializer):
@@ -136,17 +183,34 @@ class AgentConfigSerializer(serializers.Serializer):
     deployments = AgentSpecSerializer(many=True)
 
 
+class UnixTimeField(serializers.FloatField):
+    """Unix seconds between 1970 and 2100, finite."""
+
+    def __init__(self, **kwargs):
+        super().__init__(min_value=0.0, max_value=MAX_UNIX_S, **kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not math.isfinite(value):
+            self.fail("invalid")
+        return value
+
+
 class AgentReportSerializer(serializers.Serializer):
-    id = serializers.IntegerField(min_value=1)
-    revision = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    id = serializers.IntegerField(min_value=1, max_value=MAX_BIGINT)
+    revision = serializers.IntegerField(min_value=1, max_value=MAX_INT32, allow_null=True,
+                                        required=False)
     state = serializers.ChoiceField(choices=deployments.STATES)
-    since = serializers.FloatField(required=False, allow_null=True, help_text="Unix seconds")
-    pid = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    restarts = serializers.IntegerField(min_value=0, required=False, default=0)
-    exit_code = serializers.IntegerField(required=False, allow_null=True)
+    since = UnixTimeField(required=False, allow_null=True, help_text="Unix seconds")
+    pid = serializers.IntegerField(min_value=1, max_value=MAX_INT32, required=False,
+                                   allow_null=True)
+    restarts = serializers.IntegerField(min_value=0, max_value=MAX_INT32, required=False,
+                                        default=0)
+    exit_code = serializers.IntegerField(min_value=-MAX_INT32 - 1, max_value=MAX_INT32,
+                                         required=False, allow_null=True)
     error = serializers.CharField(required=False, allow_blank=True, allow_null=True,
                                   max_length=1000, help_text="Why it is not ready")
-    next_start_at = serializers.FloatField(required=False, allow_null=True)
+    next_start_at = UnixTimeField(required=False, allow_null=True)
     argv = serializers.ListField(child=serializers.CharField(allow_blank=True, max_length=4096),
                                  required=False, max_length=512)
     log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True,

@@ -56,7 +56,10 @@ class DeploymentViewSet(viewsets.ModelViewSet):
         return Response(DeploymentRevisionSerializer(rows, many=True).data)
 
     @extend_schema(summary="Back to an earlier revision's config, as a new revision",
-                   request=RevertSerializer, responses={200: DeploymentSerializer, 400: ERRORS})
+                   request=RevertSerializer, responses={
+                       200: DeploymentSerializer, 400: ERRORS,
+                       403: OpenApiResponse(description="a code-loading config, without "
+                                                        "fleet.deploy_code")})
     @action(detail=True, methods=["post"], filterset_fields=[])
     def revert(self, request: Request, pk=None) -> Response:
         body = RevertSerializer(data=request.data)
@@ -65,6 +68,8 @@ class DeploymentViewSet(viewsets.ModelViewSet):
         try:
             deployments.revert(deployment, body.validated_data["revision"], request.user,
                                body.validated_data.get("reason", ""))
+        except deployments.CodeNotPermitted as exc:
+            raise PermissionDenied(exc.message_dict) from None
         except DjangoValidationError as exc:
             raise drf_errors(exc) from None
         return Response(self.get_serializer(deployment).data)

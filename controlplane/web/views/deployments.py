@@ -34,10 +34,12 @@ def deployment(request: HttpRequest, deployment_id: int) -> HttpResponse:
     revisions = d.revisions.select_related("author").order_by("-revision")[:REVISIONS_SHOWN]
     suggestions = annotated(d.suggestions.select_related("decided_by")
                             .order_by("-created_at")[:SUGGESTIONS_SHOWN])
+    config = deployments.desired_config(d)  # env values redacted: write-only
     return render(request, "web/deployments/detail.html", {
         "d": d, "engine": engine, "revisions": revisions,
         "can_edit": request.user.has_perm("fleet.change_deployment"),
-        "config": deployments.desired_config(d), "suggestions": suggestions})
+        "config": config, "code_loading": deployments.code_loading(config),
+        "suggestions": suggestions})
 
 
 @deployments_access
