@@ -115,7 +115,8 @@ def test_it_refuses_an_unknown_token(ingest, host_token):
 
 def test_it_refuses_a_revoked_token(ingest, host_token):
     AgentToken.objects.update(revoked_at=timezone.now())
-    refused(ingest, batch(), host_token, status=403)
+    reply = refused(ingest, batch(), host_token, status=401)  # 403 before issue 15
+    assert "revoked" in reply["error"]
 
 
 def test_an_agent_token_cannot_write_another_host(ingest, host_token):

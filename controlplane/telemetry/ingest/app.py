@@ -19,6 +19,7 @@ from django.db import DatabaseError, connections
 from controlplane.realtime.publisher import Publisher
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest.copy import dsn_from_settings
+from controlplane.telemetry.ingest.credentials import TokenRefused
 from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.registry import Registry
 from controlplane.telemetry.ingest.rows import LayoutCache, build_rows, engines_seen
@@ -84,24 +85,30 @@ class IngestApp:
 
     async def _handle(self, scope, receive) -> dict:
         headers = dict(scope["headers"])
-        host_id = await self.registry.authenticate(headers.get(b"authorization"))
+        credential = await self.registry.authenticate(headers.get(b"authorization"))
+        host_id, token_id = credential.host_id, credential.token_id
         raw = await self._read_body(headers, receive)
         try:
             parsed = parse_request(orjson.loads(raw))
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"the body is not valid JSON: {exc}") from None
         self._check_times(parsed.batches)
-        await self.layouts.resolve(host_id, parsed.batches)
-        work = [await self._work(host_id, batch) for batch in parsed.batches]
-        new = await self.writer.submit(work)
+        try:
+            # Each write below checks the token again, in its own transaction.
+            await self.layouts.resolve(host_id, parsed.batches, token_id)
+            work = [await self._work(host_id, token_id, batch) for batch in parsed.batches]
+            new = await self.writer.submit(work)
+        except TokenRefused as exc:
+            self.registry.refuse(exc.token_id, exc.message)
+            raise
         accepted = sum(len(b.samples) for b, is_new in zip(parsed.batches, new, strict=True)
                        if is_new)
         version = await self.registry.config_version(host_id)
         return {"accepted": accepted, "duplicates": new.count(False), "config_version": version,
                 "ignored": sorted(parsed.ignored)}
 
-    async def _work(self, host_id: int, batch: Batch) -> Work:
-        state = await self.registry.prepare(host_id, batch)
+    async def _work(self, host_id: int, token_id: int, batch: Batch) -> Work:
+        state = await self.registry.prepare(host_id, batch, token_id)
         now = time.monotonic()
         touch_host = due(state.last_seen_written, now)
         if touch_host:
@@ -117,7 +124,7 @@ class IngestApp:
             rows=build_rows(state, batch, self.layouts.ids),
             days={partitions.day_of(s["ts"]) for s in batch.samples},
             evicted_batches=batch.evicted_batches, evicted_samples=batch.evicted_samples,
-            touch_host=touch_host, touch_engines=tuple(touch_engines))
+            touch_host=touch_host, touch_engines=tuple(touch_engines), token_id=token_id)
 
     def _check_times(self, batches: list[Batch]) -> None:
         """Each ts within what is retained: not older than the raw retention (it would only

@@ -3,7 +3,12 @@
 The hot path needs, per request, the host behind a token and the ids of the GPUs and engines a
 batch names. Both change rarely, so they are cached here and read from the database (through
 the ORM, in a thread) at start, on a miss, on a new inventory, and every ``TOKEN_TTL_S`` for
-the whole token table (one query) — so a revoked token stops working within that time.
+the whole token table (one query).
+
+The cache only answers who a token is. Whether it is still good is checked again in the
+transaction of every write (credentials.py): a revoked or expired token is refused from the
+very next batch, in every process, whatever revoked it; ``refuse`` then records it here, so
+its later requests are refused at the door. An expiry passed is also refused at the door.
 """
 
 from __future__ import annotations
@@ -13,18 +18,38 @@ import time
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 
 from controlplane.fleet.inventory import GpuOwnedElsewhere, apply_inventory, digest
 from controlplane.fleet.models import AgentToken, Engine, Gpu, Host
 from controlplane.lib import tokens
+from controlplane.telemetry.ingest import credentials
+from controlplane.telemetry.ingest.credentials import TokenRefused, check_token
 from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.validate import Batch
 
-TOKEN_TTL_S = 30.0  # the token table is reloaded this often: a revocation takes effect then
+# The token table is reloaded this often: new tokens are found sooner (on a miss), and a
+# revocation is enforced at once by the write-time check (credentials.py).
+TOKEN_TTL_S = 30.0
 # Every host's config_version is reloaded this often (one query of two integer columns): a
 # deployment changed in the API reaches its agent's next reply within this time.
 CONFIG_TTL_S = 2.0
 MAX_UNKNOWN_TOKENS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """What the cache knows of one agent token."""
+
+    token_id: int
+    host_id: int
+    refused: str = ""  # why it is refused (revoked), "" while it is good
+    expires: float = float("inf")  # unix seconds
+
+
+def _credential(token_id: int, host_id: int, revoked_at, expires_at) -> Credential:
+    return Credential(token_id, host_id, credentials.REVOKED if revoked_at else "",
+                      expires_at.timestamp() if expires_at else float("inf"))
 
 
 @dataclass
@@ -43,9 +68,17 @@ def _load_token(lookup: str) -> AgentToken | None:
     return AgentToken.objects.filter(lookup=lookup).first()
 
 
-def _load_tokens() -> dict[str, tuple[int, bool]]:
-    rows = AgentToken.objects.values_list("digest", "host_id", "revoked_at")
-    return {digest: (host_id, revoked is not None) for digest, host_id, revoked in rows}
+def _load_tokens() -> dict[str, Credential]:
+    rows = AgentToken.objects.values_list("digest", "id", "host_id", "revoked_at", "expires_at")
+    return {digest: _credential(*rest) for digest, *rest in rows}
+
+
+@transaction.atomic
+def _apply_checked(token_id: int | None, host_id: int, inventory: dict,
+                   agent_version: str) -> None:
+    """An inventory is a write too: only while the token is good."""
+    check_token(token_id)
+    apply_inventory(host_id, inventory, agent_version)
 
 
 def _load_hosts(host_ids: list[int] | None = None) -> dict[int, HostState]:
@@ -81,9 +114,9 @@ def _load_host(host_id: int) -> HostState:
 
 class Registry:
     def __init__(self) -> None:
-        # Every agent token's HMAC digest -> (host id, revoked): reloaded whole, in one query,
-        # every TOKEN_TTL_S, so the hot path never queries per request or per token.
-        self._tokens: dict[str, tuple[int, bool]] = {}
+        # Every agent token's HMAC digest -> Credential: reloaded whole, in one query, every
+        # TOKEN_TTL_S, so the hot path never queries per request or per token.
+        self._tokens: dict[str, Credential] = {}
         self._tokens_loaded = -float("inf")
         self._refresh_lock = asyncio.Lock()
         self._unknown_tokens: set[str] = set()  # digests looked up and not found since reload
@@ -105,8 +138,8 @@ class Registry:
             self._unknown_tokens.clear()
             self._tokens_loaded = time.monotonic()
 
-    async def authenticate(self, header: bytes | None) -> int:
-        """The host id an agent token may write, or a 401/403 BadRequest."""
+    async def authenticate(self, header: bytes | None) -> Credential:
+        """The token's credential (host and token id), or a 401 BadRequest."""
         raw = tokens.bearer(header)
         if raw is None:
             raise BadRequest("an agent token is required: Authorization: Bearer <token>",
@@ -120,20 +153,27 @@ class Registry:
         if entry is None and parsed.digest not in self._unknown_tokens:
             entry = await self._lookup_new_token(parsed)
         if entry is None:
-            raise BadRequest("unknown agent token", status=401)
-        host_id, revoked = entry
-        if revoked:
-            raise BadRequest("this agent token was revoked", status=403)
-        return host_id
+            raise BadRequest(credentials.UNKNOWN, status=401)
+        if entry.refused:
+            raise TokenRefused(entry.token_id, entry.refused)
+        if time.time() >= entry.expires:
+            raise TokenRefused(entry.token_id, credentials.EXPIRED)
+        return entry
 
-    async def _lookup_new_token(self, parsed: tokens.ParsedToken) -> tuple[int, bool] | None:
+    def refuse(self, token_id: int, why: str) -> None:
+        """A write found this token revoked, expired or gone: refuse it at the door from now."""
+        for key, entry in self._tokens.items():
+            if entry.token_id == token_id:
+                self._tokens[key] = Credential(token_id, entry.host_id, why, entry.expires)
+
+    async def _lookup_new_token(self, parsed: tokens.ParsedToken) -> Credential | None:
         """A token issued since the last reload; misses are remembered until the next one."""
         token = await sync_to_async(_load_token)(parsed.lookup)
         if token is None or not tokens.matches(token.digest, parsed):
             if len(self._unknown_tokens) < MAX_UNKNOWN_TOKENS:  # random tokens cost no memory
                 self._unknown_tokens.add(parsed.digest)
             return None
-        entry = (token.host_id, token.revoked_at is not None)
+        entry = _credential(token.id, token.host_id, token.revoked_at, token.expires_at)
         self._tokens[parsed.digest] = entry
         return entry
 
@@ -153,11 +193,12 @@ class Registry:
             self._hosts[host_id] = state
         return state
 
-    async def prepare(self, host_id: int, batch: Batch) -> HostState:
+    async def prepare(self, host_id: int, batch: Batch,
+                      token_id: int | None = None) -> HostState:
         """Apply the batch's inventory if new; check that it names only this host's devices."""
         state = await self.host(host_id)
         if batch.inventory is not None:
-            await self._apply(state, batch)
+            await self._apply(state, batch, token_id)
             state = self._hosts[host_id]
         if self._unknown(state, batch) is not None:
             # Another worker process may have applied an inventory we have not seen.
@@ -170,7 +211,7 @@ class Registry:
                     "(\"host\") with this batch", join(batch.path, missing), status=409)
         return state
 
-    async def _apply(self, state: HostState, batch: Batch) -> None:
+    async def _apply(self, state: HostState, batch: Batch, token_id: int | None) -> None:
         inventory = batch.inventory or {}
         if inventory["hostname"] != state.hostname:
             raise BadRequest(
@@ -179,8 +220,8 @@ class Registry:
         if digest(inventory) == state.inventory_digest:
             return
         try:
-            await sync_to_async(apply_inventory)(
-                state.host_id, inventory, batch.agent_version)
+            await sync_to_async(_apply_checked)(
+                token_id, state.host_id, inventory, batch.agent_version)
         except GpuOwnedElsewhere as exc:
             raise BadRequest(str(exc), join(batch.path, f"host.gpus[{exc.index}].uuid"),
                              status=403) from None

@@ -6,6 +6,10 @@ it flushes whatever has gathered (group commit) when ``flush_rows`` rows wait or
 passed since the first, in one transaction, and only then are the requests answered. Nothing
 is acknowledged before it is committed, so a crash loses nothing the agent believes stored.
 
+Credentials: the flush reads the state of the agent tokens its batches came with, first thing in
+its transaction (one query); the batches of a token revoked or expired by then are refused with
+TokenRefused and none of their rows is stored (credentials.py).
+
 Idempotency: each agent boot is a stream with the highest seq stored (AgentStream). The flush
 locks the streams it touches (``FOR UPDATE``, in key order), stores only batches above that
 seq and raises it, all in the same transaction: a replay racing its original, in this process
@@ -25,7 +29,9 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from controlplane.telemetry import partitions
+from controlplane.telemetry.ingest import credentials
 from controlplane.telemetry.ingest.copy import copy_rows, make_copy_connection
+from controlplane.telemetry.ingest.credentials import TokenRefused
 from controlplane.telemetry.ingest.errors import BadRequest
 from controlplane.telemetry.ingest.rows import Rows
 from controlplane.telemetry.rollups import late
@@ -48,6 +54,7 @@ class Work:
     evicted_samples: int = 0
     touch_host: bool = False  # refresh the host's last_seen in this flush
     touch_engines: tuple[int, ...] = ()
+    token_id: int | None = None  # the agent token it came with; None: not checked (internal)
     future: asyncio.Future = field(default=None)  # type: ignore[assignment]
 
     @property
@@ -117,7 +124,13 @@ class Writer:
         # only delays the agent, which sends its next group after this one's reply.
         if self._pending_rows >= self.flush_rows or len(items) > 1:
             self._full.set()
-        return list(await asyncio.gather(*(item.future for item in items)))
+        # Every outcome is collected (none left unretrieved); the first refusal is raised.
+        outcomes = await asyncio.gather(*(item.future for item in items),
+                                        return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return list(outcomes)
 
     async def _run(self) -> None:
         while not (self._stopping and not self._pending):
@@ -146,12 +159,15 @@ class Writer:
                 if not item.future.done():
                     item.future.set_exception(StorageUnavailable(str(exc), incident))
             return
-        for item, new in zip(work, stored, strict=True):
+        for item, outcome in zip(work, stored, strict=True):
             if not item.future.done():
-                item.future.set_result(new)
+                if isinstance(outcome, TokenRefused):
+                    item.future.set_exception(outcome)
+                else:
+                    item.future.set_result(outcome)
         for callback in self.after_commit:
             try:
-                callback([w for w, new in zip(work, stored, strict=True) if new])
+                callback([w for w, new in zip(work, stored, strict=True) if new is True])
             except Exception:  # noqa: BLE001 - a live-push failure must not fail ingest
                 log.exception("after-commit callback failed")
 
@@ -180,7 +196,7 @@ class Writer:
                 await self._conn.close()
         self._conn = None
 
-    async def _flush(self, work: list[Work]) -> list[bool]:
+    async def _flush(self, work: list[Work]) -> list[bool | TokenRefused]:
         conn = await self._connection()
         await self._ensure_partitions(conn, set().union(*(w.days for w in work)))
         try:
@@ -191,10 +207,14 @@ class Writer:
             log.warning("ingest flush hit rows already stored; retrying without them")
             return await self._flush_once(conn, work, conflict_safe=True)
 
-    async def _flush_once(self, conn, work: list[Work], conflict_safe: bool) -> list[bool]:
+    async def _flush_once(self, conn, work: list[Work],
+                          conflict_safe: bool) -> list[bool | TokenRefused]:
+        """Per item: True stored, False a replay already stored, or why its token is refused."""
         async with conn.transaction():
-            new = await self._claim(conn, work)
-            fresh = [w for w, is_new in zip(work, new, strict=True) if is_new]
+            refused = await self._refused_tokens(conn, work)
+            allowed = [w for w in work if w.token_id not in refused] if refused else work
+            new = await self._claim(conn, allowed) if allowed else []
+            fresh = [w for w, is_new in zip(allowed, new, strict=True) if is_new]
             tables: dict[str, list[tuple]] = {}
             for item in fresh:
                 for table, rows in item.rows.items():
@@ -204,7 +224,21 @@ class Writer:
                     await copy_rows(conn, table, rows, conflict_safe)
             await self._count_evictions(conn, fresh)
             await late.record(conn, fresh)  # rollups redo the minutes late samples reached
-        return new
+        if not refused:
+            return new
+        outcome = dict(zip(map(id, allowed), new, strict=True))
+        return [TokenRefused(w.token_id, refused[w.token_id]) if w.token_id in refused
+                else outcome[id(w)] for w in work]
+
+    @staticmethod
+    async def _refused_tokens(conn, work: list[Work]) -> dict[int, str]:
+        """Token id -> why, for the tokens of this flush revoked, expired or deleted by now."""
+        ids = sorted({w.token_id for w in work if w.token_id is not None})
+        if not ids:
+            return {}
+        async with conn.cursor() as cur:
+            await cur.execute(credentials.STATE_SQL, (ids,))
+            return credentials.refusals(ids, await cur.fetchall())
 
     async def _claim(self, conn, work: list[Work]) -> list[bool]:
         """Which batches are new; raises each stream's seq and refreshes last_seen (one trip)."""
