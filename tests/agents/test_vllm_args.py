@@ -11,8 +11,11 @@ from agents.vllm_args import (
     NEWEST_VERSION,
     UNRECOGNIZED,
     ArgError,
+    argv_problems,
     available,
+    code_loading_args,
     from_argv,
+    loader_env,
     parse_version,
     to_argv,
     validate,
@@ -64,6 +67,10 @@ def test_every_available_argument_round_trips(version):
     args = {k: v for k, v in args.items() if v is not None}
     assert validate(args, version) == []
     assert from_argv(to_argv(args, version), version) == args
+    # What the control plane renders, the agent accepts (agents/supervisor/spec.py).
+    assert argv_problems(to_argv(args, version), version) == []
+    falses = {k: False for k, v in args.items() if v is True}
+    assert argv_problems(to_argv({**args, **falses}, version), version) == []
 
 
 def _sample(spec, version):
@@ -253,8 +260,6 @@ def test_negative_numbers_still_pass_where_a_version_allows_them():
 
 
 def test_argv_from_a_control_plane_is_read_back_whole_or_refused():
-    from agents.vllm_args import argv_problems
-
     good = to_argv({**FLEET_CONFIG, "served_model_name": ["a", "b"]}, "0.33.0")
     assert argv_problems(good, "0.33.0") == []
     # What an old control plane rendered from served_model_name=["m", "--tool-parser-plugin",
@@ -271,8 +276,6 @@ def test_argv_from_a_control_plane_is_read_back_whole_or_refused():
 
 
 def test_arguments_that_load_code_are_marked_in_the_catalog():
-    from agents.vllm_args import code_loading_args
-
     assert CATALOG["trust_remote_code"].loads_code
     assert not CATALOG["max_num_seqs"].loads_code
     assert code_loading_args({"trust_remote_code": True, "max_num_seqs": 8}) == [
@@ -282,8 +285,6 @@ def test_arguments_that_load_code_are_marked_in_the_catalog():
 
 
 def test_loader_variables_are_one_documented_list():
-    from agents.vllm_args import loader_env
-
     env = {"LD_PRELOAD": "/tmp/x.so", "PYTHONPATH": "/tmp", "LD_LIBRARY_PATH": "/tmp",
            "BASH_ENV": "/tmp/rc", "ENV": "/tmp/rc", "PYTHONSTARTUP": "/tmp/s.py",
            "CUDA_INJECTION64_PATH": "/tmp/i.so", "VLLM_LOGGING_CONFIG_PATH": "/tmp/l.json",
