@@ -1,8 +1,15 @@
-"""Apply an agent's inventory to the fleet tables: GPUs and engines appear and disappear."""
+"""Apply an agent's inventory to the fleet tables: GPUs and engines appear and disappear.
+
+A GPU belongs to the first host that reported its UUID. Another host that reports the same UUID
+has its whole inventory refused (403): the refusal does not name the holder (the agent, or
+whoever holds its token, must not learn other hosts' names that way), and a warning names both
+hosts in the log. A GPU that really moved is moved by an administrator with ``move_gpu``.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import orjson
 from django.db import transaction
@@ -10,11 +17,18 @@ from django.utils import timezone
 
 from controlplane.fleet.models import Engine, Gpu, Host
 
+log = logging.getLogger(__name__)
+
 
 class GpuOwnedElsewhere(Exception):
-    def __init__(self, uuid: str, hostname: str, index: int) -> None:
-        super().__init__(f"GPU {uuid} is registered to host {hostname}")
-        self.uuid, self.hostname, self.index = uuid, hostname, index
+    """An inventory lists a GPU UUID that another host holds. The message names no host; the
+    attributes (for the log) do: ``hostname`` holds it, ``claimant`` reported it."""
+
+    def __init__(self, uuid: str, hostname: str, index: int, claimant: str = "") -> None:
+        super().__init__(
+            f"GPU {uuid} is registered to another host; if it moved here, an administrator "
+            "must move it to this host (docs/security.md)")
+        self.uuid, self.hostname, self.index, self.claimant = uuid, hostname, index, claimant
 
 
 def digest(inventory: dict) -> str:
@@ -48,7 +62,15 @@ def _apply_gpus(host: Host, gpus: list[dict], now) -> None:
     listed = {g["uuid"]: g for g in gpus}
     taken = Gpu.objects.filter(uuid__in=listed).exclude(host=host).select_related("host")
     for gpu in taken:
-        raise GpuOwnedElsewhere(gpu.uuid, gpu.host.hostname, list(listed).index(gpu.uuid))
+        log.warning(
+            "GPU UUID conflict: host %s (id %s) reported GPU %s, which is registered to host %s "
+            "(id %s, %s); its inventory was refused. If the GPU moved, move it: "
+            "controlplane.fleet.inventory.move_gpu(%r, %r); if not, revoke that host's tokens",
+            host.hostname, host.id, gpu.uuid, gpu.host.hostname, gpu.host_id,
+            "present there" if gpu.present else f"absent there since {gpu.removed_at}",
+            gpu.uuid, host.hostname)
+        raise GpuOwnedElsewhere(gpu.uuid, gpu.host.hostname, list(listed).index(gpu.uuid),
+                                host.hostname)
     existing = {g.uuid: g for g in Gpu.objects.filter(host=host)}
     for uuid, item in listed.items():
         gpu = existing.get(uuid) or Gpu(host=host, uuid=uuid, first_seen=now)
@@ -78,3 +100,26 @@ def _apply_engines(host: Host, engines: list[dict], now) -> None:
         engine.save()
     names = {e["name"] for e in engines}
     Engine.objects.filter(host=host, present=True).exclude(name__in=names).update(present=False)
+
+
+@transaction.atomic
+def move_gpu(uuid: str, hostname: str) -> Gpu:
+    """Give the GPU ``uuid`` (and its history) to host ``hostname``: for a GPU that really
+    moved, or one a wrong host reported first. Raises Gpu.DoesNotExist / Host.DoesNotExist.
+
+    The GPU stays marked absent until its new host's next inventory lists it. The old host's
+    inventory digest is cleared, so if its agent still lists the GPU, its next inventory is
+    checked again and refused. (A host that reported it wrongly: revoke its tokens too, which
+    takes effect at its next batch.)
+    """
+    host = Host.objects.get(hostname=hostname)
+    gpu = Gpu.objects.select_for_update().select_related("host").get(uuid=uuid)
+    old = gpu.host
+    if old.id == host.id:
+        return gpu
+    Host.objects.filter(pk=old.id).update(inventory_digest="")
+    gpu.host, gpu.present, gpu.removed_at = host, False, gpu.removed_at or timezone.now()
+    gpu.save(update_fields=["host", "present", "removed_at"])
+    log.warning("GPU %s moved from host %s (id %s) to host %s (id %s)", uuid, old.hostname,
+                old.id, host.hostname, host.id)
+    return gpu
