@@ -93,6 +93,9 @@ class IngestApp:
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"the body is not valid JSON: {exc}") from None
         self._check_times(parsed.batches)
+        # Read (at most every CONFIG_TTL_S) before the batches are placed: the same reload
+        # drops cached devices of hosts an administrator changed (inventory.move_gpu).
+        version = await self.registry.config_version(host_id)
         try:
             # Each write below checks the token again, in its own transaction.
             await self.layouts.resolve(host_id, parsed.batches, token_id)
@@ -103,7 +106,6 @@ class IngestApp:
             raise
         accepted = sum(len(b.samples) for b, is_new in zip(parsed.batches, new, strict=True)
                        if is_new)
-        version = await self.registry.config_version(host_id)
         return {"accepted": accepted, "duplicates": new.count(False), "config_version": version,
                 "ignored": sorted(parsed.ignored)}
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models import Q
 
 from controlplane.fleet.inventory import GpuOwnedElsewhere, apply_inventory, digest
 from controlplane.fleet.models import AgentToken, Engine, Gpu, Host
@@ -101,8 +102,13 @@ def _load_hosts(host_ids: list[int] | None = None) -> dict[int, HostState]:
     }
 
 
-def _load_config_versions() -> dict[int, int]:
-    return dict(Host.objects.filter(config_version__gt=0).values_list("id", "config_version"))
+def _load_config_versions() -> tuple[dict[int, int], set[int]]:
+    """Hosts' config versions, and the hosts without an inventory digest: none applied yet,
+    or one cleared by an administrator (inventory.move_gpu) to have it checked again."""
+    rows = Host.objects.filter(Q(config_version__gt=0) | Q(inventory_digest="")).values_list(
+        "id", "config_version", "inventory_digest")
+    return ({host_id: version for host_id, version, _ in rows if version},
+            {host_id for host_id, _, inventory in rows if not inventory})
 
 
 def _load_host(host_id: int) -> HostState:
@@ -182,9 +188,19 @@ class Registry:
         if time.monotonic() - self._versions_loaded >= CONFIG_TTL_S:
             async with self._versions_lock:
                 if time.monotonic() - self._versions_loaded >= CONFIG_TTL_S:
-                    self._versions = await sync_to_async(_load_config_versions)()
+                    self._versions, cleared = await sync_to_async(_load_config_versions)()
                     self._versions_loaded = time.monotonic()
+                    self._forget_cleared(cleared)
         return self._versions.get(host_id, 0)
+
+    def _forget_cleared(self, cleared: set[int]) -> None:
+        """Drop the cached devices of hosts whose inventory digest was cleared since: their
+        next inventory is applied (and checked) again, and a GPU moved away is no longer
+        theirs in this process."""
+        for host_id in cleared:
+            state = self._hosts.get(host_id)
+            if state is not None and state.inventory_digest:
+                del self._hosts[host_id]
 
     async def host(self, host_id: int) -> HostState:
         state = self._hosts.get(host_id)
