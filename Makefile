@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-real-vllm real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-real-vllm lint install preflight clean
+.PHONY: run test test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-real-vllm lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -73,6 +73,10 @@ test: preflight $(CHROMIUM)
 # Minutes of real vLLM processes (tests marked real_vllm, which plain pytest deselects).
 test-real-vllm: preflight real-vllm
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -m real_vllm tests/real_vllm
+
+# The API fuzzed from its OpenAPI schema on a real server, as every role: no 5xx (minutes).
+test-schema: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -m schema_fuzz tests/schema_fuzz
 
 bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset
 

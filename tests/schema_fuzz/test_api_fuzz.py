@@ -1,0 +1,83 @@
+"""The API fuzzed from its own OpenAPI schema (schemathesis) on a real server, as every role
+and as an agent: whatever the input, no answer is a server error (5xx).
+
+Minutes of requests: marked schema_fuzz, deselected from `make test`, run by
+`make test-schema` (and .ci/run). PITWALL_FUZZ_EXAMPLES bounds the examples per operation.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from urllib.request import Request, urlopen
+
+import pytest
+from django.utils import timezone
+
+from controlplane.accounts.roles import ORDER
+from controlplane.alerts.models import Alert, AlertRule, Silence
+from controlplane.fleet.models import Deployment, Engine, Gpu, Host
+from controlplane.fleet.tokens import issue_agent_token, issue_api_token
+from tests.live import free_port, start_server
+from tests.support.roles import user_with_role
+
+pytestmark = pytest.mark.schema_fuzz
+EXAMPLES = os.environ.get("PITWALL_FUZZ_EXAMPLES", "15")
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker, tmp_path_factory):
+    """One server on the test database, with objects for the detail endpoints to find."""
+    with django_db_blocker.unblock():
+        seed()
+        tokens = {role: issue_api_token(user_with_role(f"fuzz-{role}", role).username,
+                                        "fuzz") for role in ORDER}
+        tokens["no role"] = issue_api_token(user_with_role("fuzz-none", None).username, "fuzz")
+        tokens["agent"] = issue_agent_token("fuzz-agent-host")[0]
+    log = tmp_path_factory.mktemp("fuzz") / "server.log"
+    port = free_port()
+    process = start_server(port, log)
+    base = f"http://127.0.0.1:{port}"
+    # Fetched once, as the admin: an agent token may not read it, and a role's own run may
+    # revoke its token (POST /tokens/{id}/revoke/ is fuzzed too).
+    schema = log.with_name("openapi.json")
+    schema.write_bytes(urlopen(Request(f"{base}/api/v1/schema/?format=json", headers={
+        "Authorization": f"Bearer {tokens['admin']}"})).read())
+    yield base, schema, tokens, log
+    process.stop()
+
+
+def seed() -> None:
+    host = Host.objects.create(hostname="fuzz-host-1")
+    Gpu.objects.create(host=host, index=0, uuid="GPU-fuzz-0", name="simulated H100")
+    Engine.objects.create(host=host, name="vllm:8000/0")
+    Deployment.objects.create(host=host, name="llama", model="meta-llama/Llama-3.1-8B",
+                              port=8000, gpu_indices=[0], vllm_version="0.32.0")
+    rule = AlertRule.objects.create(name="fuzz rule", metric="gpu.temp_c", aggregation="max",
+                                    window_s=30, op=">", threshold=85)
+    Alert.objects.create(rule=rule, target=f"host:{host.id}", fingerprint="fuzz",
+                         state="firing", host_id=host.id)
+    now = timezone.now()
+    Silence.objects.create(matchers=[{"label": "alertname", "op": "=", "value": "x"}],
+                           starts_at=now, ends_at=now + timedelta(hours=1), author="fuzz",
+                           comment="fuzz")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("who", [*ORDER, "no role", "agent"])
+def test_no_input_makes_a_server_error(server, who, tmp_path: Path):
+    base, schema, tokens, log = server
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("schemathesis")), "run", str(schema),
+         "--url", base, "--checks", "not_a_server_error",
+         "--phases", "examples,coverage,fuzzing", "--max-examples", EXAMPLES,
+         "--workers", "2", "--request-timeout", "30", "--seed", "1",
+         "--header", f"Authorization: Bearer {tokens[who]}",
+         "--exclude-path-regex", "^/api/v1/docs"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+    summary = done.stdout[-6000:]
+    assert done.returncode == 0, f"{who}:\n{summary}\n{done.stderr[-2000:]}\n" \
+                                 f"server log:\n{log.read_text(errors='replace')[-4000:]}"
