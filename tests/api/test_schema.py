@@ -12,7 +12,7 @@ def test_the_schema_validates_without_a_single_warning(tmp_path):
     text = out.read_text()
     for path in ("/api/v1/hosts/{id}/", "/api/v1/gpus/", "/api/v1/engines/", "/api/v1/series/"):
         assert f"  {path}:" in text
-    for path in ALERTING_PATHS:
+    for path in ALERTING_PATHS + SECURITY_PATHS:
         assert f"  {path}:" in text
 
 
@@ -23,6 +23,13 @@ ALERTING_PATHS = (
     "/api/v1/silences/{id}/expire/", "/api/v1/channels/", "/api/v1/channels/{id}/",
     "/api/v1/channels/{id}/test/", "/api/v1/channels/{id}/enable/",
     "/api/v1/channels/{id}/disable/", "/api/v1/notifications/", "/api/v1/notifications/{id}/",
+)
+
+
+SECURITY_PATHS = (
+    "/api/v1/tokens/", "/api/v1/tokens/{id}/", "/api/v1/tokens/{id}/revoke/",
+    "/api/v1/agent-tokens/", "/api/v1/agent-tokens/{id}/revoke/", "/api/v1/audit/",
+    "/api/v1/audit/{id}/",
 )
 
 
