@@ -290,6 +290,10 @@ PITWALL = {
     "TUNING_IDLE_WINDOW_S": envint("PITWALL_TUNING_IDLE_WINDOW_S", 3600, minimum=60),
     "TUNING_VERIFY_WINDOW_S": envint("PITWALL_TUNING_VERIFY_WINDOW_S", 600, minimum=60),
     "TUNING_SETTLE_S": envint("PITWALL_TUNING_SETTLE_S", 60, minimum=0),
+    # Loader variables (LD_PRELOAD, PYTHONPATH, ...; agents/vllm_args_catalog.py LOADER_ENV) in a
+    # deployment's env are refused unless this is on, and then only for holders of
+    # fleet.deploy_code (docs/security.md).
+    "DEPLOY_ALLOW_LOADER_ENV": envbool("PITWALL_DEPLOY_ALLOW_LOADER_ENV", False),
     # API tokens made through the API or the tokens page: valid this many days unless asked
     # otherwise, and never longer than the maximum (docs/security.md).
     "API_TOKEN_DEFAULT_DAYS": envint("PITWALL_API_TOKEN_DEFAULT_DAYS", 90, minimum=1),
