@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 
@@ -31,6 +32,13 @@ NAMED_ENTITY = {
 # the engine's model (a GPU or host target has no engine: those read "").
 SCOPE_LABELS = ("host", "engine", "gpu", "model")
 MAX_WINDOW_S = 3600  # evaluation reads raw rows: windows stay short
+# The largest number a summary's format spec may hold (a width or a precision): "{value:>200}".
+# Unbounded, "{value:>20000000}" rendered 20 MB per target and ">3000000000" a MemoryError.
+MAX_FORMAT_NUMBER = 200
+_NUMBER = re.compile(r"\d+")
+# The rendered summary is cut to the alert's column (the template fields themselves, a host name
+# or a rule name, can make it longer than any template bound foresees).
+SUMMARY_CHARS = 1000  # Alert.summary's max_length
 
 
 def rule_metric(rule: AlertRule) -> Metric:
@@ -89,32 +97,58 @@ def _metric_errors(rule: AlertRule) -> dict[str, str]:
 
 
 def template_problem(template: str) -> str | None:
+    """Why a summary template is refused, or None: fields are plain names of TEMPLATE_FIELDS
+    (no attribute or index access, no nested field in a format spec), and every number in a
+    format spec is at most MAX_FORMAT_NUMBER."""
     try:
-        names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parts = [(f, spec or "") for _, f, spec, _ in string.Formatter().parse(template)
+                 if f is not None]
     except ValueError as exc:
         return f"summary is not a valid template: {exc}"
-    unknown = sorted({n.split(".")[0].split("[")[0] for n in names} - TEMPLATE_FIELDS)
+    names = [f for f, _ in parts]
+    unknown = sorted(set(names) - TEMPLATE_FIELDS)
     if "" in unknown:
         return "summary uses an empty {} field; name it, e.g. {value}"
+    access = sorted(n for n in unknown if "." in n or "[" in n)
+    if access:
+        return (f"summary may not reach into a field ({', '.join(access)}): use the plain "
+                f"name, e.g. {{host}}")
     if unknown:
         return (f"summary uses unknown field(s) {', '.join(unknown)}; "
                 f"known: {', '.join(sorted(TEMPLATE_FIELDS))}")
+    for name, spec in parts:
+        if "{" in spec or "}" in spec:
+            return f"summary formats {{{name}}} with a spec that holds another field: not allowed"
+        if any(int(n) > MAX_FORMAT_NUMBER for n in _NUMBER.findall(spec)):
+            return (f"summary formats {{{name}:{spec}}} too wide: widths and precisions go up "
+                    f"to {MAX_FORMAT_NUMBER}")
     return None
 
 
 def render_summary(rule: AlertRule, fields: Mapping[str, object]) -> str:
+    """The alert's summary, at most SUMMARY_CHARS long. Never raises: a template that fails,
+    or one stored before today's checks (template_problem), gives the default summary."""
     values = dict.fromkeys(TEMPLATE_FIELDS, "")
     values.update(rule=rule.name, severity=rule.severity, threshold=rule.threshold, op=rule.op,
                   metric=rule.metric, window_s=rule.window_s, for_s=rule.for_s)
     values.update(fields)
     if values.get("value") in ("", None):
         values["value"] = float("nan")
+    if not rule.summary:
+        return _cut(_default(values))
+    if template_problem(rule.summary):
+        # never formatted: its width could be gigabytes
+        return _cut(f"{_default(values)} (summary template refused; edit the rule)")
     try:
-        return rule.summary.format(**values) if rule.summary else _default(values)
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return _cut(rule.summary.format(**values))
+    except Exception:  # noqa: BLE001 -- a summary never costs the alert
         # A format spec that does not suit the value (":.1f" of a missing value): say so plainly
         # rather than lose the alert.
-        return f"{_default(values)} (summary template failed)"
+        return _cut(f"{_default(values)} (summary template failed)")
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 1] + "…"
 
 
 def _default(values: Mapping[str, object]) -> str:
