@@ -79,6 +79,10 @@ class AlertRule(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
     # The claim of an evaluation cycle: UPDATE … WHERE last_evaluated_at < now (evaluate.py).
     last_evaluated_at = models.DateTimeField(null=True, blank=True)
+    # Why the rule's last cycle failed, and when: the other rules of that cycle ran on; a cycle
+    # in which the rule succeeds clears both.
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    last_error_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

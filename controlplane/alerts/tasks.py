@@ -35,4 +35,4 @@ def evaluate_rules() -> dict:
     if any(to in NOTIFIED for *_, to in result.transitions):
         dispatch_notifications.delay()
     return {"skipped": result.skipped, "rules": result.rules, "hits": result.hits,
-            "transitions": len(result.transitions)}
+            "transitions": len(result.transitions), "errors": len(result.errors)}
