@@ -9,6 +9,9 @@ long, and it ran within the last two intervals), the preview reads them as of th
 last cycle: at fleet scale, building a 5-minute window of 8,000 GPUs from raw rows took 25 s.
 Otherwise it builds slices of its own, in temporary tables dropped with its transaction, and
 reads them as of now.
+
+Every statement of a preview runs at most PITWALL["QUERY_TIMEOUT_S"] seconds (default 5):
+past it, PostgreSQL cancels it and ``preview`` raises ``QueryTimeout``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from controlplane.alerts.queries import Hits
 from controlplane.alerts.rules import render_summary, rule_metric
 from controlplane.alerts.shards import Shard, shards
 from controlplane.alerts.windows.schema import STATE_TABLE
+from controlplane.telemetry.series.timeouts import QueryTimeout, statement_timeout
+
+__all__ = ["MAX_TARGETS", "Preview", "PreviewHit", "QueryTimeout", "preview"]
 
 PREVIEW_ID = -1  # stands in for the id of an unsaved rule inside the queries
 MAX_TARGETS = 200  # a preview lists this many; ``count`` says how many there are
@@ -66,7 +72,7 @@ def preview(rule: AlertRule, now: datetime | None = None) -> Preview:
     saved_id = rule.id
     rule.id = PREVIEW_ID if saved_id is None else saved_id
     try:
-        with transaction.atomic():
+        with statement_timeout("the preview"), transaction.atomic():
             found, now = _from_evaluator(rule, now) or _own_slices(rule, now)
             found = scoped([rule], found).get(rule.id, [])
             transaction.set_rollback(True)

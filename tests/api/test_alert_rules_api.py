@@ -25,13 +25,13 @@ def test_it_refuses_anonymous_clients_and_agent_tokens(anonymous, agent_client):
     assert not AlertRule.objects.filter(name="GPU hot").exists()
 
 
-def test_a_user_who_is_not_staff_reads_rules_but_cannot_create_change_or_delete_one(api):
+def test_a_user_who_may_not_edit_rules_reads_them_but_cannot_create_change_or_delete_one(api):
     rule = make_rule("Existing")
     assert api.get(URL).status_code == 200
     assert api.get(f"{URL}{rule.id}/").json()["name"] == "Existing"
     response = api.post(URL, HOT, format="json")
     assert response.status_code == 403
-    assert "staff" in response.json()["detail"]
+    assert "alerts.change_alertrule" in response.json()["detail"]
     assert api.patch(f"{URL}{rule.id}/", {"threshold": 1}, format="json").status_code == 403
     assert api.delete(f"{URL}{rule.id}/").status_code == 403
     assert not AlertRule.objects.filter(name="GPU hot").exists()
@@ -68,6 +68,8 @@ def test_staff_creates_a_rule_and_the_read_only_fields_are_ignored(staff):
     ({"label_matchers": [{"label": "model", "op": "=~", "value": "l" * 1001}]},
      "label_matchers"),
     ({"hostname_glob": "*" * 254}, "hostname_glob"),
+    ({"summary": "{value:>20000000}"}, "summary"),
+    ({"summary": "{host.__class__}"}, "summary"),
 ])
 def test_a_rule_the_model_refuses_is_a_400_naming_the_field_and_nothing_is_stored(
         staff, change, field):
@@ -104,7 +106,7 @@ def test_staff_deletes_a_rule(staff):
     assert not AlertRule.objects.filter(id=rule.id).exists()
 
 
-def test_a_preview_lists_the_hits_and_stores_nothing(empty_samples, api):
+def test_a_preview_lists_the_hits_and_stores_nothing(empty_samples, staff):
     now = timezone.now()
     node = make_node(last_seen=now)
     for gpu, temp in zip(node.gpus, [91.0, 60.0], strict=True):
@@ -112,8 +114,7 @@ def test_a_preview_lists_the_hits_and_stores_nothing(empty_samples, api):
                 now - timedelta(seconds=60), now)
     rules_before = AlertRule.objects.count()
 
-    # Previewing is reading: a user who is not staff may do it.
-    response = api.post(f"{URL}preview/", HOT, format="json")
+    response = staff.post(f"{URL}preview/", HOT, format="json")
     assert response.status_code == 200, response.json()
     body = response.json()
     assert (body["count"], body["fires_after_s"]) == (1, 60)
@@ -124,18 +125,59 @@ def test_a_preview_lists_the_hits_and_stores_nothing(empty_samples, api):
     assert AlertRule.objects.count() == rules_before and not Alert.objects.exists()
 
 
-def test_a_preview_needs_no_name_and_may_reuse_a_saved_rules_name(api):
+def test_a_preview_needs_no_name_and_may_reuse_a_saved_rules_name(staff):
     make_rule("GPU hot")
     for body in ({**HOT}, {k: v for k, v in HOT.items() if k != "name"}):
-        response = api.post(f"{URL}preview/", body, format="json")
+        response = staff.post(f"{URL}preview/", body, format="json")
         assert response.status_code == 200, response.json()
         assert response.json()["count"] == 0
     assert AlertRule.objects.filter(name="GPU hot").count() == 1
 
 
-def test_a_preview_of_a_bad_rule_is_a_400_naming_the_field(api):
-    response = api.post(f"{URL}preview/", {**HOT, "metric": "gpu.nope"}, format="json")
+def test_a_preview_of_a_bad_rule_is_a_400_naming_the_field(staff):
+    response = staff.post(f"{URL}preview/", {**HOT, "metric": "gpu.nope"}, format="json")
     assert response.status_code == 400 and "metric" in response.json()
+
+
+def test_only_those_who_may_edit_rules_preview(api, alice):
+    # Issue 15: any user could preview, and a preview runs the draft's queries over the fleet.
+    assert not alice.has_perm("alerts.change_alertrule")
+    response = api.post(f"{URL}preview/", HOT, format="json")
+    assert response.status_code == 403
+    assert "alerts.change_alertrule" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("summary", ["{value:>20000000}", "{value:>3000000000}",
+                                     "{value:.100000f}"])
+def test_a_preview_with_a_huge_format_width_is_a_400_naming_the_summary(staff, summary):
+    # Issue 15: "{value:>20000000}" answered 20 MB per target; ">3000000000" a MemoryError.
+    response = staff.post(f"{URL}preview/", {**HOT, "summary": summary}, format="json")
+    assert response.status_code == 400 and "too wide" in response.json()["summary"][0]
+
+
+def test_a_preview_past_the_query_timeout_is_a_503_that_says_so(staff, settings, monkeypatch):
+    from django.db import connection
+
+    from controlplane.alerts import preview as preview_module
+
+    def slow(rule, now):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(5)")
+
+    settings.PITWALL = {**settings.PITWALL, "QUERY_TIMEOUT_S": 0.05}
+    monkeypatch.setattr(preview_module, "_from_evaluator", slow)
+    response = staff.post(f"{URL}preview/", HOT, format="json")
+    assert response.status_code == 503
+    assert "the preview took longer than 0.05 s" in response.json()["detail"]
+
+
+def test_a_rule_that_failed_its_last_cycle_says_why(api):
+    rule = make_rule("Failing")
+    at = timezone.now()
+    AlertRule.objects.filter(id=rule.id).update(last_error="division by zero", last_error_at=at)
+    body = api.get(f"{URL}{rule.id}/").json()
+    assert body["last_error"] == "division by zero" and body["last_error_at"]
+    assert api.get(f"{URL}{make_rule('Fine').id}/").json()["last_error"] == ""
 
 
 def test_the_list_is_paginated(api):

@@ -299,6 +299,41 @@ def test_a_preview_shows_what_would_fire_now_and_stores_nothing(lead, fleet, emp
     assert AlertRule.objects.count() == rules_before and not Alert.objects.exists()
 
 
+def test_only_those_who_may_edit_rules_preview(signed_in, hot_rule):
+    # Issue 15: a preview runs the draft's queries over the fleet.
+    for url in ("/alerts/rules/new/", f"/alerts/rules/{hot_rule.id}/"):
+        assert signed_in.post(url, rule_form(preview="1")).status_code == 403
+
+
+def test_a_preview_past_the_query_timeout_says_so(lead, db, settings, monkeypatch):
+    from django.db import connection
+
+    from controlplane.alerts import preview as preview_module
+
+    def slow(rule, now):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(5)")
+
+    settings.PITWALL = {**settings.PITWALL, "QUERY_TIMEOUT_S": 0.05}
+    monkeypatch.setattr(preview_module, "_from_evaluator", slow)
+    response = lead.post("/alerts/rules/new/", rule_form(preview="1"))
+    assert response.status_code == 503
+    html = response.content.decode()
+    assert "the preview took longer than 0.05 s" in html.split('id="preview-error"')[1]
+    assert 'id="preview-table"' not in html
+
+
+def test_a_rule_that_failed_its_last_cycle_is_marked_on_the_pages(signed_in, hot_rule):
+    AlertRule.objects.filter(id=hot_rule.id).update(
+        last_error="<b>division</b> by zero", last_error_at=timezone.now())
+    row = signed_in.get("/alerts/rules/").content.decode().split(
+        f'data-rule-id="{hot_rule.id}"')[1].split("</tr>")[0]
+    assert "rule-error" in row and "&lt;b&gt;division&lt;/b&gt; by zero" in row
+    html = signed_in.get(f"/alerts/rules/{hot_rule.id}/").content.decode()
+    notice = html.split('id="rule-error"')[1].split("</p>")[0]
+    assert "&lt;b&gt;division&lt;/b&gt; by zero" in notice and "<b>division" not in notice
+
+
 def test_previewing_an_edit_leaves_the_saved_rule_alone(lead, hot_rule):
     lead.post(f"/alerts/rules/{hot_rule.id}/", rule_form(name="GPU too hot", threshold="10",
                                                          preview="1"))
@@ -404,3 +439,9 @@ def test_no_page_shows_a_channel_secret(lead, signed_in, firing, hot_rule, webho
         for path in pages(firing, hot_rule):
             html = client.get(path).content.decode()
             assert SECRET not in html and URL_TOKEN not in html, path
+
+
+def test_the_new_rule_button_follows_the_permission_not_is_staff(lead, signed_in, db):
+    assert 'id="new-rule"' in lead.get("/alerts/rules/").content.decode()
+    html = signed_in.get("/alerts/rules/").content.decode()
+    assert 'id="new-rule"' not in html and "read-only" in html

@@ -52,13 +52,23 @@ class AlertRuleSerializer(serializers.ModelSerializer):
             "bitmask", "window_s", "op", "threshold", "for_s", "keep_firing_for_s", "host_ids",
             "engine_ids", "hostname_glob", "label_matchers", "params", "summary", "description",
             "pack_key",
-            "created_at", "updated_at", "last_evaluated_at",
+            "created_at", "updated_at", "last_evaluated_at", "last_error", "last_error_at",
         ]
-        read_only_fields = ["id", "pack_key", "created_at", "updated_at", "last_evaluated_at"]
-        extra_kwargs = {"label_matchers": {"help_text": (
-            'Scope by the target\'s labels, as silences match: [{"label": "model", "op": "=~", '
-            '"value": "llama-3.*"}]; labels host, engine, gpu, model; ops = != =~ !~; '
-            'empty: no label filter')}}
+        read_only_fields = ["id", "pack_key", "created_at", "updated_at", "last_evaluated_at",
+                            "last_error", "last_error_at"]
+        extra_kwargs = {
+            "label_matchers": {"help_text": (
+                'Scope by the target\'s labels, as silences match: [{"label": "model", '
+                '"op": "=~", "value": "llama-3.*"}]; labels host, engine, gpu, model; ops = != '
+                '=~ !~ (RE2, at most 1000 characters); empty: no label filter')},
+            "summary": {"help_text": (
+                "A template of the fields, e.g. {host} GPU {gpu_index}: {value:.0f} °C; widths "
+                "and precisions up to 200; the rendered text is cut to 1000 characters")},
+            "last_error": {"help_text": (
+                "Why the rule failed in its last evaluation cycle (the other rules ran on); "
+                "empty once it runs again")},
+            "last_error_at": {"help_text": "When it failed; null when it did not"},
+        }
 
     checks_unique = True
 

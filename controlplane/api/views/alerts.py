@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from controlplane.alerts import silences
 from controlplane.alerts.models import Alert, AlertRule, AlertState, Silence
-from controlplane.alerts.preview import preview
+from controlplane.alerts.preview import QueryTimeout, preview
 from controlplane.api.filters import AlertFilter, SilenceFilter
 from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import CanAck, CanEditRules, CanManageRules, CanSilence
@@ -25,6 +25,7 @@ from controlplane.api.serializers.alerts import (
     RulePreviewSerializer,
     SilenceSerializer,
 )
+from controlplane.api.views.series import QueryTookTooLong
 
 ERRORS = OpenApiResponse(OpenApiTypes.OBJECT,
                          description="An object keyed by the field at fault, each with messages")
@@ -63,7 +64,8 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
             "then the evaluator's own queries and scope run once. With for_s > 0 the targets "
             "listed meet the condition now and would fire only if it keeps holding."),
         request=RulePreviewRequestSerializer,
-        responses={200: RulePreviewSerializer, 400: ERRORS},
+        responses={200: RulePreviewSerializer, 400: ERRORS, 503: OpenApiResponse(
+            OpenApiTypes.OBJECT, description="{detail}: the preview ran past the query timeout")},
     )
     # It runs the draft's queries: for those who may write rules.
     @action(detail=False, methods=["post"], permission_classes=[CanEditRules])
@@ -71,7 +73,11 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
         draft = RulePreviewRequestSerializer(data=request.data)
         draft.is_valid(raise_exception=True)
         rule = AlertRule(**draft.validated_data)
-        return Response(RulePreviewSerializer(preview(rule)).data)
+        try:
+            found = preview(rule)
+        except QueryTimeout as exc:
+            raise QueryTookTooLong(str(exc)) from None
+        return Response(RulePreviewSerializer(found).data)
 
 
 class ActiveSilencesMixin:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -12,6 +12,14 @@ from controlplane.api.serializers.series import SeriesQuerySerializer, SeriesSer
 from controlplane.telemetry import series
 
 _ERRORS = "An object keyed by the parameter at fault, each with a list of messages"
+
+
+class QueryTookTooLong(APIException):
+    """A statement ran past PITWALL["QUERY_TIMEOUT_S"] and PostgreSQL cancelled it."""
+
+    status_code = 503
+    default_code = "query_timeout"
+    default_detail = "the query took too long and was stopped"
 
 
 class SeriesView(APIView):
@@ -33,6 +41,8 @@ class SeriesView(APIView):
             400: OpenApiResponse(OpenApiTypes.OBJECT, description=_ERRORS),
             404: OpenApiResponse(OpenApiTypes.OBJECT,
                                  description="No such entity or host: {entity} or {host}"),
+            503: OpenApiResponse(OpenApiTypes.OBJECT,
+                                 description="{detail}: the read ran past the query timeout"),
         },
     )
     def get(self, request: Request) -> Response:
@@ -45,4 +55,6 @@ class SeriesView(APIView):
             raise NotFound({exc.param: [str(exc)]}) from None
         except series.SeriesError as exc:
             raise ValidationError({exc.param: [str(exc)]}) from None
+        except series.QueryTimeout as exc:
+            raise QueryTookTooLong(str(exc)) from None
         return Response(SeriesSerializer(result).data)

@@ -27,12 +27,13 @@ from controlplane.telemetry.series.errors import EntityNotFound, SeriesError
 from controlplane.telemetry.series.histograms import HistogramReader, histogram_quantile
 from controlplane.telemetry.series.plan import Plan, make_plan, table_name
 from controlplane.telemetry.series.sqlbits import fetch
+from controlplane.telemetry.series.timeouts import QueryTimeout, statement_timeout
 from controlplane.telemetry.series.values import STATS, ValueReader
 
 __all__ = [
     "DEFAULT_MAX_POINTS", "MAX_POINTS", "MAX_RANGE", "STATS", "EntityNotFound", "EntityRef",
-    "Line", "SeriesError", "SeriesSet", "find_host", "find_metric", "histogram_quantile",
-    "read_series", "resolve_entities", "resolve_entity",
+    "Line", "QueryTimeout", "SeriesError", "SeriesSet", "find_host", "find_metric",
+    "histogram_quantile", "read_series", "resolve_entities", "resolve_entity",
 ]
 
 MAX_RANGE = timedelta(days=731)  # two years: what the 1-hour tier keeps by default
@@ -97,8 +98,16 @@ def read_series(metric: Metric, start: datetime, end: datetime,
                 max_points: int = DEFAULT_MAX_POINTS, quantile: float | None = None,
                 stat: str | None = None) -> SeriesSet:
     """The series of the entities named in ``entity``, or of every entity of the metric's
-    kind on ``host`` (an id or hostname)."""
+    kind on ``host`` (an id or hostname). Each statement runs at most
+    ``timeouts.timeout_s()``: QueryTimeout past it."""
     check_query(metric, start, end, max_points, quantile, stat)
+    with statement_timeout(f"reading {metric.name}"):
+        return _read_series(metric, start, end, entity, host, max_points, quantile, stat)
+
+
+def _read_series(metric: Metric, start: datetime, end: datetime, entity: list[str] | None,
+                 host: str | None, max_points: int, quantile: float | None,
+                 stat: str | None) -> SeriesSet:
     plan = make_plan(metric.entity, start, end, max_points)
     refs = (resolve_entities(metric, entity or []) if host is None
             else _on_host(metric, find_host(host), plan))

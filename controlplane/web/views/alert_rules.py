@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from controlplane.alerts.models import AlertRule, AlertState
-from controlplane.alerts.preview import preview
+from controlplane.alerts.preview import QueryTimeout, preview
 from controlplane.web.forms import AlertRuleForm
 from controlplane.web.views.access import needs
 
-rules_access = needs("alerts.view_alertrule", "alerts.change_alertrule")
+EDIT_RULES = "alerts.change_alertrule"
+rules_access = needs("alerts.view_alertrule", EDIT_RULES)
 
 
 @rules_access
@@ -38,25 +40,31 @@ def edit_rule(request: HttpRequest, rule: AlertRule) -> HttpResponse:
     """GET shows the form; POST with ``preview`` validates and previews the unsaved rule; any
     other POST validates and saves."""
     creating, title, pack_key = rule.pk is None, rule.name, rule.pack_key
+    may_edit = request.user.has_perm(EDIT_RULES)
+    if request.method == "POST" and "preview" in request.POST and not may_edit:
+        # A preview runs the draft's queries over the fleet: for those who may edit rules.
+        raise PermissionDenied(f"previewing a rule needs the permission {EDIT_RULES}")
     form = AlertRuleForm(request.POST or None, instance=rule)
-    if not request.user.has_perm("alerts.change_alertrule"):
+    if not may_edit:
         for field in form.fields.values():
             field.disabled = True
-    result = None
+    result, preview_error, status = None, "", 200
     if request.method == "POST" and form.is_valid():
         if "preview" not in request.POST:
             saved = form.save()
             messages.success(request, f"Rule {saved.name!r} {'created' if creating else 'saved'}.")
             return redirect("web:alert_rule", rule_id=saved.id)
-        result = preview(form.instance)  # the edited instance, never saved here
+        try:
+            result = preview(form.instance)  # the edited instance, never saved here
+        except QueryTimeout as exc:
+            preview_error, status = str(exc), 503
     firing = [] if creating else list(
         rule.alerts.filter(state__in=[AlertState.FIRING, AlertState.PENDING])
         .order_by("state", "target"))
     return render(request, "web/alerts/rule_edit.html", {
         "form": form, "rule": rule, "title": title, "pack_key": pack_key, "creating": creating,
-        "preview": result, "open_alerts": firing,
-        "can_edit": request.user.has_perm("alerts.change_alertrule"),
-        "tab": "rules"})
+        "preview": result, "preview_error": preview_error, "open_alerts": firing,
+        "can_edit": may_edit, "tab": "rules"}, status=status)
 
 
 @rules_access
