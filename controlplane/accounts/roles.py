@@ -74,6 +74,13 @@ def assign_role(user, role: str) -> None:
     user.groups.add(Group.objects.get(name=role))
 
 
+def clear_roles(user) -> None:
+    """Take every role away (the user keeps other groups)."""
+    held = user.groups.filter(name__in=ORDER)
+    if held:
+        user.groups.remove(*held)
+
+
 def role_of(user) -> str | None:
     """The highest role the user holds through a group ("admin" for a superuser)."""
     if user.is_superuser:

@@ -16,6 +16,7 @@ from controlplane.api.views.hosts import HostViewSet
 from controlplane.api.views.series import SeriesView
 from controlplane.api.views.suggestions import SuggestionViewSet
 from controlplane.api.views.tokens import AgentTokenViewSet, ApiTokenViewSet
+from controlplane.api.views.users import UserViewSet
 
 router = DefaultRouter(use_regex_path=False)
 router.include_format_suffixes = False  # /hosts/1.json adds nothing to ?format=json
@@ -32,6 +33,7 @@ router.register("notifications", NotificationViewSet, basename="notification")
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("agent-tokens", AgentTokenViewSet, basename="agent-token")
 router.register("audit", AuditViewSet, basename="audit")
+router.register("users", UserViewSet, basename="user")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

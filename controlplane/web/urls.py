@@ -36,6 +36,8 @@ urlpatterns = [
     path("account/tokens/<int:token_id>/revoke/", views.api_token_revoke, name="token_revoke"),
     path("account/agent-tokens/<int:token_id>/revoke/", views.agent_token_revoke,
          name="agent_token_revoke"),
+    path("account/users/", views.user_list, name="users"),
+    path("account/users/<int:user_id>/", views.user_change, name="user_change"),
     path("audit/", views.audit, name="audit"),
     path("healthz", views.healthz, name="healthz"),
 ]

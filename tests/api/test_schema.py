@@ -29,7 +29,7 @@ ALERTING_PATHS = (
 SECURITY_PATHS = (
     "/api/v1/tokens/", "/api/v1/tokens/{id}/", "/api/v1/tokens/{id}/revoke/",
     "/api/v1/agent-tokens/", "/api/v1/agent-tokens/{id}/revoke/", "/api/v1/audit/",
-    "/api/v1/audit/{id}/",
+    "/api/v1/audit/{id}/", "/api/v1/users/", "/api/v1/users/{id}/",
 )
 
 

@@ -1,6 +1,13 @@
 """Server-rendered pages, one module per page; the browser draws the charts (static/web/)."""
 
-from controlplane.web.views.account import agent_token_revoke, api_token_revoke, api_tokens, audit
+from controlplane.web.views.account import (
+    agent_token_revoke,
+    api_token_revoke,
+    api_tokens,
+    audit,
+    user_change,
+    user_list,
+)
 from controlplane.web.views.alert_rules import (
     alert_rule,
     alert_rule_delete,
@@ -19,7 +26,7 @@ from controlplane.web.views.silences import silence_expire, silences
 from controlplane.web.views.suggestions import suggestion_action, suggestion_list
 
 __all__ = [
-    "agent_token_revoke", "api_token_revoke", "api_tokens", "audit",
+    "agent_token_revoke", "api_token_revoke", "api_tokens", "audit", "user_change", "user_list",
     "alert", "alert_ack", "alert_rule", "alert_rule_delete", "alert_rule_new", "alert_rules",
     "alerts", "channel_enable", "channel_test", "channels", "deployment", "deployment_list",
     "deployment_revert", "engine", "fleet", "gpu", "healthz",

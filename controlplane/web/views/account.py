@@ -1,5 +1,5 @@
 """Your API tokens (create, revoke; admins see everyone's and the agent tokens) and, for
-admins, the audit log."""
+admins, the users with their roles and the audit log."""
 
 from __future__ import annotations
 
@@ -8,14 +8,18 @@ from datetime import timedelta
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.db import IntegrityError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from controlplane.accounts import users
+from controlplane.accounts.roles import ORDER, role_of
 from controlplane.audit.models import AuditEntry
 from controlplane.fleet import tokens
 from controlplane.fleet.models import AgentToken, ApiToken, TokenScope
@@ -94,3 +98,49 @@ def audit(request: HttpRequest) -> HttpResponse:
     return render(request, "web/account/audit.html", {
         "page": page, "chosen": chosen, "target_types": sorted(kinds),
         "actions": ["created", "changed", "deleted", "acknowledged", "unacknowledged"]})
+
+
+class NewUserForm(forms.Form):
+    username = forms.RegexField(r"^[\w.@+-]{1,150}$", max_length=150)
+    email = forms.EmailField(required=False)
+    password = forms.CharField(widget=forms.PasswordInput, max_length=256)
+    role = forms.ChoiceField(choices=[("", "no role"), *((r, r) for r in ORDER)], required=False)
+
+
+@needs("auth.view_user", "auth.change_user")
+def user_list(request: HttpRequest) -> HttpResponse:
+    form = NewUserForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            users.create_user(request.user, data["username"], data["password"],
+                              data["role"] or None, data["email"])
+            messages.success(request, f"User {data['username']} created.")
+            return redirect("web:users")
+        except ValidationError as exc:
+            form.add_error("password", exc)
+        except IntegrityError:
+            form.add_error("username", "a user with this name exists")
+    rows = get_user_model().objects.prefetch_related("groups").order_by("username")
+    return render(request, "web/account/users.html", {
+        "form": form, "roles": ORDER,
+        "rows": [(u, role_of(u)) for u in rows]})
+
+
+@needs("auth.view_user", "auth.change_user")
+@require_POST
+def user_change(request: HttpRequest, user_id: int) -> HttpResponse:
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    role = request.POST.get("role", "")
+    try:
+        if role not in ("", *ORDER):
+            raise users.Refused(f"unknown role {role[:20]!r}")
+        if role != (role_of(user) or ""):
+            users.set_role(request.user, user, role or None)
+        active = request.POST.get("is_active") == "on"
+        if active != user.is_active:
+            users.set_active(request.user, user, active)
+        messages.success(request, f"User {user.username} saved.")
+    except users.Refused as exc:
+        messages.error(request, f"User {user.username} not changed: {exc}")
+    return redirect("web:users")
