@@ -40,7 +40,6 @@ class IngestApp:
     def __init__(self) -> None:
         conf = settings.PITWALL
         self.max_body = conf["INGEST_MAX_BODY_BYTES"]
-        self.max_skew = conf["MAX_CLOCK_SKEW_S"]
         self.writer = Writer(
             dsn_from_settings(connections.databases["default"]),
             conf["INGEST_FLUSH_ROWS"], conf["INGEST_FLUSH_MS"])
