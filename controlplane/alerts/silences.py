@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from controlplane.alerts import patterns
 from controlplane.alerts.models import Alert, AlertEvent, AlertState, Silence
+from controlplane.audit.record import record
 
 LABELS = ("alertname", "severity", "host", "engine", "gpu")
 OPS = ("=", "!=", "=~", "!~")
@@ -143,13 +144,21 @@ def acknowledge(alert: Alert, by: str, comment: str = "",
         AlertEvent.objects.create(alert=alert, at=now, from_state=AlertState.FIRING,
                                   to_state=AlertState.FIRING, value=alert.value,
                                   note=f"acknowledged by {by}: {comment}"[:500])
+        # A conditional UPDATE, which sends no signal: the audit log is told here.
+        record("acknowledged", "alert", alert.id, _audit_name(alert),
+               {"comment": [None, comment]} if comment else {})
     return done
 
 
 def unacknowledge(alert: Alert) -> None:
-    Alert.objects.filter(id=alert.id).update(acknowledged_at=None, acknowledged_by="",
-                                             ack_comment="")
+    if Alert.objects.filter(id=alert.id, acknowledged_at__isnull=False).update(
+            acknowledged_at=None, acknowledged_by="", ack_comment=""):
+        record("unacknowledged", "alert", alert.id, _audit_name(alert))
     alert.acknowledged_at, alert.acknowledged_by, alert.ack_comment = None, "", ""
+
+
+def _audit_name(alert: Alert) -> str:
+    return f"{alert.labels.get('alertname', alert.rule_id)} on {alert.target}"
 
 
 def should_notify_repeat(alert: Alert, now: datetime | None = None) -> bool:

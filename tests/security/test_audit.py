@@ -14,7 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from controlplane.accounts.roles import assign_role
-from controlplane.alerts.models import AlertRule
+from controlplane.alerts.models import Alert, AlertRule
 from controlplane.audit.models import AuditEntry
 from controlplane.fleet.models import Host
 from controlplane.fleet.tokens import issue_api_token
@@ -135,3 +135,18 @@ def test_the_log_is_for_admins_and_filters_by_actor_and_target(admin, db):
     page.force_login(Group.objects.get(name="admin").user_set.get())
     html = page.get("/audit/", {"actor": "carol"}).content.decode()
     assert "GPU hot" in html and "frank" not in html
+
+
+def test_acknowledgements_are_recorded(db):
+    rule = AlertRule.objects.create(**RULE)
+    alert = Alert.objects.create(rule=rule, target="host:1", fingerprint="f", state="firing",
+                                 labels={"alertname": "GPU hot"})
+    client = Client()
+    client.force_login(user_with_role("olga", "operator"))
+    client.post(f"/api/v1/alerts/{alert.id}/ack/", {"comment": "on it"},
+                content_type="application/json")
+    client.post(f"/api/v1/alerts/{alert.id}/unack/")
+    acked, unacked = entries("alert")
+    assert (acked.action, unacked.action) == ("acknowledged", "unacknowledged")
+    assert acked.actor == "olga" and acked.target == "GPU hot on host:1"
+    assert acked.changes == {"comment": [None, "on it"]}
