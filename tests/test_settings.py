@@ -68,3 +68,21 @@ def test_a_database_url_becomes_django_settings():
     assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (
         "user", "p@ss", "db.example", "6543", "pitwall")
     assert db["OPTIONS"] == {"sslmode": "require"}
+
+
+def test_mail_settings_come_from_the_environment():
+    done = run_manage("shell", "-c", "from django.conf import settings as s; "
+                      "print(s.EMAIL_HOST, s.EMAIL_PORT, s.EMAIL_HOST_USER, s.EMAIL_USE_TLS)",
+                      SECRET_KEY="k" * 50, EMAIL_HOST="smtp.example.com", EMAIL_PORT="587",
+                      EMAIL_HOST_USER="pitwall", EMAIL_USE_TLS="true")
+    assert done.stdout.splitlines()[-1].split() == ["smtp.example.com", "587", "pitwall",
+                                                    "True"], done.stderr
+    both = run_manage("check", SECRET_KEY="k" * 50, EMAIL_USE_TLS="true", EMAIL_USE_SSL="true")
+    assert both.returncode == 2 and "EMAIL_USE_TLS and EMAIL_USE_SSL" in both.stderr
+
+
+def test_compose_has_no_built_in_secret_or_admin_password():
+    text = (ROOT / "compose.yaml").read_text()
+    for name in ("SECRET_KEY", "PITWALL_ADMIN_PASSWORD"):
+        assert f"{name}: ${{{name}:?" in text, name  # refuses to start without it
+        assert f"{name}:-" not in text

@@ -134,3 +134,19 @@ def test_role_of_names_the_highest_role(db):
     user = user_with_role("x", "deployer")
     assert role_of(user) == "deployer"
     assert role_of(get_user_model().objects.create_superuser("su", "", "pw")) == "admin"
+
+
+def test_the_roles_migration_keeps_what_each_existing_user_could_do(db):
+    """Before roles, active users read, acked and silenced; staff changed the rest."""
+    from importlib import import_module
+    from types import SimpleNamespace
+
+    from django.apps import apps
+    from django.db import connection
+
+    users = get_user_model().objects
+    plain, staff = users.create_user("plain"), users.create_user("lead", is_staff=True)
+    gone = users.create_user("gone", is_active=False)
+    migration = import_module("controlplane.accounts.migrations.0001_roles")
+    migration.create_roles(apps, SimpleNamespace(connection=connection))
+    assert (role_of(plain), role_of(staff), role_of(gone)) == ("operator", "admin", None)
