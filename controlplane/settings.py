@@ -254,7 +254,12 @@ PITWALL = {
     "MAX_CLOCK_SKEW_S": envint("PITWALL_MAX_CLOCK_SKEW_S", 300, minimum=1),
     # Daily partitions created ahead of time.
     "PARTITIONS_AHEAD_DAYS": envint("PITWALL_PARTITIONS_AHEAD_DAYS", 3, minimum=1),
-    # Raw samples are kept this many days; whole daily partitions are dropped after.
+    # Distinct histogram bucket layouts one host may register (each takes a 16-bit layout id
+    # that alerting and tuning load): more is refused with a 400 naming the histogram.
+    "MAX_HISTOGRAM_LAYOUTS_PER_HOST": envint("PITWALL_MAX_HISTOGRAM_LAYOUTS_PER_HOST", 64,
+                                             minimum=4),
+    # Raw samples are kept this many days (and ingest refuses older samples); whole daily
+    # partitions are dropped after.
     "RAW_RETENTION_DAYS": envint("PITWALL_RAW_RETENTION_DAYS", 14, minimum=1),
     # Rollups (docs/history.md): 1-minute ones kept this many days (daily partitions), 1-hour
     # ones this many (monthly partitions); the rollup task runs every ROLLUP_INTERVAL_S and

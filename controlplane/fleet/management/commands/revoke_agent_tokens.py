@@ -5,8 +5,8 @@ from controlplane.fleet.tokens import revoke_agent_tokens
 
 
 class Command(BaseCommand):
-    help = ("Revoke every agent token of HOSTNAME; the ingest endpoint refuses them within "
-            "30 seconds (its token cache reload). Its history stays.")
+    help = ("Revoke every agent token of HOSTNAME; the ingest endpoint refuses them from their "
+            "next batch. Its history stays.")
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("hostname")
