@@ -237,6 +237,7 @@ SPECTACULAR_SETTINGS = {
         "AlertStateEnum": "controlplane.alerts.models.AlertState",
         "DeliveryStateEnum": "controlplane.alerts.delivery.models.DeliveryState",
         "RuleKindEnum": "controlplane.alerts.models.RuleKind",
+        "TokenStateEnum": "controlplane.fleet.models.TokenState",
         "ChannelKindEnum": "controlplane.alerts.transports.TRANSPORT_CHOICES",
     },
 }

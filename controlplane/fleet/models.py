@@ -89,16 +89,46 @@ class Engine(models.Model):
         return f"{self.host_id}:{self.name}"
 
 
-class AgentToken(models.Model):
-    """A credential that can write telemetry for exactly one host."""
+class TokenState(models.TextChoices):
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
 
-    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="agent_tokens")
+
+class BearerToken(models.Model):
+    """What agent and API tokens share: a lookup id, the HMAC of the token (lib/tokens.py),
+    and a life that ends at its expiry or its revocation."""
+
+    KIND = ""  # the token's prefix letter: pw<KIND>_<lookup>_<secret>
     lookup = models.CharField(max_length=16, unique=True)
     digest = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)  # None: until revoked
     last_used_at = models.DateTimeField(null=True)
     revoked_at = models.DateTimeField(null=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def prefix(self) -> str:
+        """How the token starts, enough to recognise it: "pwu_3f9c2a1b_"."""
+        return f"pw{self.KIND}_{self.lookup}_"
+
+    @property
+    def state(self) -> TokenState:
+        if self.revoked_at is not None:
+            return TokenState.REVOKED
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return TokenState.EXPIRED
+        return TokenState.ACTIVE
+
+
+class AgentToken(BearerToken):
+    """A credential that can write telemetry for exactly one host."""
+
+    KIND = "a"
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="agent_tokens")
 
     def __str__(self) -> str:
         return f"agent token {self.lookup} for {self.host_id}"
@@ -109,20 +139,15 @@ class TokenScope(models.TextChoices):
     WRITE = "write", "read-write"  # everything the user may do
 
 
-class ApiToken(models.Model):
+class ApiToken(BearerToken):
     """A credential for the REST API acting as one user, with at most that user's rights."""
 
+    KIND = "u"
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
     name = models.CharField(max_length=100, blank=True)
     scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.WRITE)
-    lookup = models.CharField(max_length=16, unique=True)
-    digest = models.CharField(max_length=64)
-    created_at = models.DateTimeField(default=timezone.now)
-    expires_at = models.DateTimeField(null=True, blank=True)  # None: until revoked
-    last_used_at = models.DateTimeField(null=True)
-    revoked_at = models.DateTimeField(null=True)
 
     def __str__(self) -> str:
         return f"api token {self.lookup} for {self.user_id}"

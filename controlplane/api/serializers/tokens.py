@@ -8,33 +8,24 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework import serializers
 
-from controlplane.fleet.models import AgentToken, ApiToken, TokenScope
+from controlplane.fleet.models import AgentToken, ApiToken, TokenScope, TokenState
+
+# What both kinds show of a token's life.
+LIFE = ["prefix", "state", "created_at", "expires_at", "last_used_at", "revoked_at"]
 
 
-def token_state(token: AgentToken | ApiToken) -> str:
-    if token.revoked_at is not None:
-        return "revoked"
-    if token.expires_at is not None and token.expires_at <= timezone.now():
-        return "expired"
-    return "active"
+class TokenLife(serializers.Serializer):
+    prefix = serializers.CharField(read_only=True, help_text="How the token starts")
+    state = serializers.ChoiceField(choices=TokenState.choices, read_only=True)
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(TokenLife, serializers.ModelSerializer):
     user = serializers.CharField(source="user.username", read_only=True)
-    prefix = serializers.SerializerMethodField(help_text="How the token starts: pwu_<lookup>_")
-    state = serializers.SerializerMethodField(help_text="active, expired or revoked")
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "user", "scope", "prefix", "state", "created_at", "expires_at",
-                  "last_used_at", "revoked_at"]
+        fields = ["id", "name", "user", "scope", *LIFE]
         read_only_fields = fields
-
-    def get_prefix(self, token: ApiToken) -> str:
-        return f"pwu_{token.lookup}_"
-
-    def get_state(self, token: ApiToken) -> str:
-        return token_state(token)
 
 
 class NewApiTokenSerializer(serializers.Serializer):
@@ -66,19 +57,10 @@ class IssuedApiTokenSerializer(ApiTokenSerializer):
         read_only_fields = fields
 
 
-class AgentTokenSerializer(serializers.ModelSerializer):
+class AgentTokenSerializer(TokenLife, serializers.ModelSerializer):
     hostname = serializers.CharField(source="host.hostname", read_only=True)
-    prefix = serializers.SerializerMethodField(help_text="How the token starts: pwa_<lookup>_")
-    state = serializers.SerializerMethodField(help_text="active, expired or revoked")
 
     class Meta:
         model = AgentToken
-        fields = ["id", "host", "hostname", "prefix", "state", "created_at", "expires_at",
-                  "last_used_at", "revoked_at"]
+        fields = ["id", "host", "hostname", *LIFE]
         read_only_fields = fields
-
-    def get_prefix(self, token: AgentToken) -> str:
-        return f"pwa_{token.lookup}_"
-
-    def get_state(self, token: AgentToken) -> str:
-        return token_state(token)

@@ -55,7 +55,7 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
     everyone = request.user.has_perm("fleet.view_apitoken")
     rows = ApiToken.objects.select_related("user").order_by("-created_at", "-id")
     return render(request, "web/account/tokens.html", {
-        "form": form, "issued": issued, "everyone": everyone, "now": timezone.now(),
+        "form": form, "issued": issued, "everyone": everyone,
         "tokens": rows if everyone else rows.filter(user=request.user),
         "agent_tokens": (AgentToken.objects.select_related("host").order_by("-created_at")
                          if request.user.has_perm("fleet.view_agenttoken") else None)})
