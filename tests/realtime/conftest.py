@@ -10,10 +10,9 @@ import uuid
 
 import pytest
 import redis
-from django.test import Client
 
 from controlplane.fleet.tokens import issue_agent_token
-from tests.support.roles import user_with_role
+from tests.realtime.helpers import session_headers
 from tests.telemetry.conftest import AsgiClient
 
 
@@ -63,14 +62,6 @@ def live_ingest(make_ingest):
 def agents(transactional_db) -> dict[str, str]:
     """Agent tokens of two hosts, by hostname."""
     return {name: issue_agent_token(name)[0] for name in ("gpu-node-1", "gpu-node-2")}
-
-
-def session_headers(username: str) -> list[tuple[bytes, bytes]]:
-    user = user_with_role(username, "viewer")
-    browser = Client()
-    browser.force_login(user)
-    cookie = browser.cookies["sessionid"].value
-    return [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://testserver")]
 
 
 @pytest.fixture

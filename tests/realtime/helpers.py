@@ -15,8 +15,10 @@ from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from channels.layers import get_channel_layer
 from django.db import connections
+from django.test import Client
 
 from controlplane.asgi import application
+from tests.support.roles import user_with_role
 
 DEADLINE_S = 10  # only so that a broken build fails instead of hanging; never asserted on
 
@@ -120,3 +122,11 @@ async def post(ingest, body: dict, token: str) -> tuple[int, dict]:
 async def refresh_interest(ingest) -> None:
     """Make the publisher re-read interest now, instead of at its next tick."""
     await on_ingest_loop(ingest, ingest.app.publisher.refresh())
+
+
+def session_headers(username: str, role: str | None = "viewer") -> list[tuple[bytes, bytes]]:
+    user = user_with_role(username, role)
+    browser = Client()
+    browser.force_login(user)
+    cookie = browser.cookies["sessionid"].value
+    return [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://testserver")]

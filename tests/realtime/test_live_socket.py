@@ -7,7 +7,14 @@ from django.contrib.sessions.models import Session
 
 from controlplane.fleet.models import Engine, Host
 from controlplane.realtime.groups import MAX_GROUPS
-from tests.realtime.helpers import DEADLINE_S, Socket, open_socket, subscribe, synchronously
+from tests.realtime.helpers import (
+    DEADLINE_S,
+    Socket,
+    open_socket,
+    session_headers,
+    subscribe,
+    synchronously,
+)
 
 ANYWHERE = "unknown group; use fleet, host:<id> or engine:<id>"
 
@@ -21,6 +28,19 @@ def test_an_anonymous_socket_is_closed_with_4401(live_settings, transactional_db
         return closed
 
     assert scenario() == {"type": "websocket.close", "code": 4401}
+
+
+def test_a_signed_in_user_without_a_role_is_closed_with_4403(live_settings, transactional_db):
+    headers = session_headers("nobody", role=None)
+
+    @synchronously
+    async def scenario():
+        socket = await open_socket(headers)
+        closed = await socket.receive_output(DEADLINE_S)
+        await socket.close()
+        return closed
+
+    assert scenario() == {"type": "websocket.close", "code": 4403}
 
 
 def test_a_socket_from_another_site_is_refused(live_settings, signed_in):
