@@ -285,6 +285,11 @@ PITWALL = {
     # Webhooks to private, loopback and link-local addresses are refused unless this is on
     # (docs/webhooks.md): a rule's receiver must not become a way into the internal network.
     "ALERT_ALLOW_PRIVATE_WEBHOOKS": envbool("PITWALL_ALERT_ALLOW_PRIVATE_WEBHOOKS", False),
+    # A silence lasts at most this many days after it starts (longer: a 400 naming ends_at).
+    "ALERT_SILENCE_MAX_DAYS": envint("PITWALL_ALERT_SILENCE_MAX_DAYS", 90, minimum=1),
+    # Each statement of a rule preview or a series read is cancelled after this many seconds
+    # (503 that says so): a user's query must not hold a connection for everyone.
+    "QUERY_TIMEOUT_S": envint("PITWALL_QUERY_TIMEOUT_S", 5, minimum=1),
     # Links in notifications point here (the address users reach Pitwall at).
     "ALERT_EXTERNAL_URL": envstr("PITWALL_ALERT_EXTERNAL_URL", ""),
     # Tuning (docs/tuning.md): every TUNING_INTERVAL_S each deployment is diagnosed from the

@@ -15,15 +15,10 @@ from controlplane.audit.record import record
 
 LABELS = ("alertname", "severity", "host", "engine", "gpu")
 OPS = ("=", "!=", "=~", "!~")
-# The longest a silence may last, unless PITWALL["ALERT_SILENCE_MAX_DAYS"] says otherwise: a
-# silence for years would hide a rule's alerts from everyone, long after its reason is gone.
-DEFAULT_MAX_DAYS = 90
-
-
 def max_duration() -> timedelta:
-    """Read at call time: an operator's change (and a test's) applies without a restart."""
-    days = getattr(settings, "PITWALL", {}).get("ALERT_SILENCE_MAX_DAYS", DEFAULT_MAX_DAYS)
-    return timedelta(days=days)
+    """PITWALL["ALERT_SILENCE_MAX_DAYS"]: a silence for years would hide a rule's alerts from
+    everyone, long after its reason is gone. Read at call time (a test's change applies)."""
+    return timedelta(days=settings.PITWALL["ALERT_SILENCE_MAX_DAYS"])
 
 
 def validate_matchers(matchers: object, *, field: str = "matchers",

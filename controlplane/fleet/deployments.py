@@ -109,7 +109,7 @@ def code_loading(config: dict) -> dict[str, list[str]]:
 
 
 def loader_env_allowed() -> bool:
-    return bool(getattr(settings, "PITWALL", {}).get(ALLOW_LOADER_ENV, False))
+    return bool(settings.PITWALL[ALLOW_LOADER_ENV])
 
 
 def check(deployment: Deployment) -> None:

@@ -42,11 +42,8 @@ PROC_KEYS = [c.metric.key if c.metric else c.name for c in PROC.columns[1:]]  # 
 ENGINE_PLAN = _engine_plan(ENGINE)
 
 
-DEFAULT_MAX_LAYOUTS_PER_HOST = 64
-
-
 def max_layouts_per_host() -> int:
-    return settings.PITWALL.get("MAX_HISTOGRAM_LAYOUTS_PER_HOST", DEFAULT_MAX_LAYOUTS_PER_HOST)
+    return settings.PITWALL["MAX_HISTOGRAM_LAYOUTS_PER_HOST"]
 
 
 class LayoutLimit(BadRequest):

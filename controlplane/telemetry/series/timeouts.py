@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 
-DEFAULT_TIMEOUT_S = 5.0
 QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by its timeout
 
 
@@ -30,7 +29,7 @@ class QueryTimeout(Exception):
 
 def timeout_s() -> float:
     """Read at call time: an operator's change (and a test's) applies without a restart."""
-    return float(getattr(settings, "PITWALL", {}).get("QUERY_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    return float(settings.PITWALL["QUERY_TIMEOUT_S"])
 
 
 @contextmanager
