@@ -48,11 +48,14 @@ def create_silence(*, matchers: list[dict[str, str]], starts_at: datetime, ends_
                    author: str, comment: str, created_by=None) -> Silence:
     """A silence by ``created_by``, whose name is then its author whatever ``author`` says (no
     one silences in another's name); ``author`` names the author only without a user (tests,
-    scripts). At most ``max_duration()`` long."""
+    scripts). At most ``max_duration()`` long, and starting at most that far ahead (a silence
+    scheduled years ahead would lie in wait long after anyone remembers it)."""
     if created_by is not None:
         author = created_by.get_username()
     errors = {}
     longest = max_duration()
+    if starts_at - timezone.now() > longest:
+        errors["starts_at"] = f"a silence starts at most {_days(longest)} from now"
     if ends_at <= starts_at:
         errors["ends_at"] = "ends_at must be after starts_at"
     elif ends_at - starts_at > longest:

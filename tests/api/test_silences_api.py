@@ -73,6 +73,15 @@ def test_a_silence_lasts_at_most_the_maximum_duration(api, settings):
     assert response.status_code == 400 and "at most 7 days" in response.json()["ends_at"][0]
 
 
+def test_a_silence_starts_at_most_the_maximum_duration_ahead(api):
+    later = timezone.now() + timedelta(days=91)
+    response = api.post(URL, body(starts_at=later.isoformat(),
+                                  ends_at=(later + timedelta(hours=1)).isoformat()),
+                        format="json")
+    assert response.status_code == 400 and "starts_at" in response.json()
+    assert not Silence.objects.exists()
+
+
 def test_a_silence_may_start_later(api):
     response = api.post(URL, body(starts_at=later(1), ends_at=later(2)), format="json")
     assert response.status_code == 201 and response.json()["state"] == "pending"
