@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-real-vllm lint install preflight clean
+.PHONY: run test test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-real-vllm lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -78,7 +78,7 @@ test-real-vllm: preflight real-vllm
 test-schema: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -m schema_fuzz tests/schema_fuzz
 
-bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset
+bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences
 
 bench-ingest: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
@@ -106,6 +106,10 @@ bench-tuning: preflight
 
 bench-tuning-onset: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.tuning_onset
+
+# A pathological silence regex: Python's re against RE2 (no database).
+bench-silences: $(STAMP)
+	@$(PY) -m tests.bench.silence_match
 
 # Not part of `make bench`: it needs the real vLLM (installed by its prerequisite).
 bench-real-vllm: preflight real-vllm
