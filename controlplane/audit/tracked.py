@@ -94,6 +94,9 @@ def _before_save(sender, instance: Model, raw: bool = False, update_fields=None,
     spec = _spec(sender)
     only = frozenset(update_fields) if update_fields else None
     fields = {n: a for n, a in _fields(sender, spec).items() if only is None or n in only}
+    if not fields:  # a save of runtime fields only (last_used_at): nothing to compare
+        instance._audit_before = {}
+        return
     old = sender._base_manager.filter(pk=instance.pk).values(*fields.values()).first()
     instance._audit_before = (None if old is None else
                               {n: _plain(old[a]) for n, a in fields.items()})
