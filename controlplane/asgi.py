@@ -1,9 +1,9 @@
 """ASGI entry point: ingest outside Django's request cycle, pages and API through Django,
 WebSockets through Channels.
 
-``/api/v1/ingest`` is the hot path (1,000+ agent batches/s): DESIGN.md measured the full Django
-request cycle under ASGI at 1-1.6 ms of CPU per request, a bare ASGI callable at under 0.1 ms,
-so the ingest app is routed ahead of Django here and shares only the settings.
+``/api/v1/ingest`` is the hot path (1,000+ agent batches/s): the full Django request cycle
+under ASGI measured 1-1.6 ms of CPU per request, a bare ASGI callable under 0.1 ms
+(docs/architecture.md), so the ingest app is routed ahead of Django here and shares only the settings.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ INSTALLED_APPS = [
     "controlplane.web",
 ]
 
-# Kept short on purpose: every entry costs CPU on every page and API request (DESIGN.md).
+# Kept short on purpose: every entry costs CPU on every page and API request
+# (docs/architecture.md, "A bare ASGI ingest").
 # The ingest endpoint does not pass through it at all (controlplane/asgi.py).
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

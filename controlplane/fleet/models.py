@@ -26,7 +26,7 @@ class Host(models.Model):
     spool_evicted_batches = models.BigIntegerField(default=0)
     spool_evicted_samples = models.BigIntegerField(default=0)
     # +1 whenever a deployment of the host changes: ingest replies with it, and an agent that
-    # sees a new value fetches its desired config (DESIGN.md, wire protocol).
+    # sees a new value fetches its desired config (docs/protocol.md).
     config_version = models.PositiveBigIntegerField(default=0)
 
     class Meta:

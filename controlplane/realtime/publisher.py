@@ -1,6 +1,6 @@
 """The ingest process's live publisher: committed batches -> events for watched groups.
 
-The ingest path must stay lean (DESIGN.md) and must never depend on Redis, so:
+The ingest path must stay lean (docs/architecture.md) and must never depend on Redis, so:
 - ``on_commit`` runs in the writer's flush, after the requests were answered. It does no I/O:
   set lookups against the watched groups and, for the few that match, a bounded queue append.
   With nobody watching it returns at once.

@@ -4,7 +4,8 @@
 
 Loads the same rows (binary COPY, 8,000 rows a transaction, as the ingest writer does under
 load) into two daily-partitioned tables that differ only in their primary key, then reads one
-GPU's last hour from each. DESIGN.md measured the write side; this adds the read side.
+GPU's last hour from each. The first design measured the write side (docs/architecture.md);
+this adds the read side.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The ingest writer: batches rows across concurrent requests into one COPY transaction.
 
-DESIGN.md measured binary COPY at 7.4 k rows/s with one agent batch (8 rows) per transaction
+docs/architecture.md: binary COPY measured 7.4 k rows/s with one agent batch (8 rows) per transaction
 and 82-133 k rows/s with 800-8,000 rows: so requests hand their rows to this writer and wait;
 it flushes whatever has gathered (group commit) when ``flush_rows`` rows wait or ``flush_ms``
 passed since the first, in one transaction, and only then are the requests answered. Nothing

@@ -14,7 +14,7 @@ from controlplane.web.ranges import LIVE_WINDOW_S, PRESET_LABELS, parse_range
 
 def page_context(request: HttpRequest, page: str, groups: list[str],
                  labels: dict[str, str] | None = None, **extra) -> dict:
-    """``groups`` are the live groups the page subscribes to (contracts §2); ``labels`` name
+    """``groups`` are the live groups the page subscribes to (docs/live.md); ``labels`` name
     the entities whose lines may first appear through a live event ("gpu:11": "GPU 0")."""
     now = time.time()
     time_range = parse_range(request.GET, now)

@@ -17,7 +17,7 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("host"), pk=gpu_id)
     values = latest("gpu", [gpu.id])[gpu.id]
     mask = values.get("throttle_reasons")
-    # The GPU's samples travel in its host's live events (contracts §2).
+    # The GPU's samples travel in its host's live events (docs/live.md).
     context = page_context(
         request, "gpu", [f"host:{gpu.host_id}"], gpu=gpu, host=gpu.host,
         online=is_online(gpu.host.last_seen), values=values,

@@ -1,4 +1,4 @@
-// Live events (contracts §2) flattened into records {ts, values: Map<series key, value>} that
+// Live events (docs/live.md) flattened into records {ts, values: Map<series key, value>} that
 // charts take points from, whatever the event type.
 
 import { seriesKey } from "./series.js";

@@ -1,4 +1,4 @@
-// One WebSocket per page to /ws/live/ (contracts §2): subscribes to the page's groups, pings
+// One WebSocket per page to /ws/live/ (docs/live.md): subscribes to the page's groups, pings
 // every 20 s, reconnects with exponential backoff and full jitter, and shows its state in the
 // #live-status indicator (data-state: connecting | live | reconnecting | offline).
 

@@ -1,4 +1,4 @@
-// The time range in the URL (contracts §3): ?range=live|1h|6h|24h|7d|30d or ?from=&to= (unix s).
+// The time range in the URL (docs/dashboard.md): ?range=live|1h|6h|24h|7d|30d or ?from=&to= (unix s).
 // The server parses the same parameters (controlplane/web/ranges.py) to render the picker.
 
 export const PRESETS = { live: 300, "1h": 3600, "6h": 21600, "24h": 86400, "7d": 604800, "30d": 2592000 };

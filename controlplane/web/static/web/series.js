@@ -1,4 +1,4 @@
-// Series keys and history from GET /api/v1/series/ (contracts §1; session auth).
+// Series keys and history from GET /api/v1/series/ (docs/history.md; session auth).
 // A key names one line of one chart: "<metric>[@<quantile>]|<entity key>", the same key that
 // live events are flattened into (events.js), so history and pushed points meet in one place.
 
@@ -61,7 +61,7 @@ export async function fetchLine(url, line, start, end, maxPoints, signal) {
   });
   if (!resp.ok) throw new Error(await errorText(resp));
   const reply = await resp.json();
-  // The single-entity reply that preceded contracts §1 carried entity/points at the top.
+  // The single-entity reply that preceded the multi-entity reply carried entity/points at the top.
   const list = reply.series ?? [{ entity: reply.entity, points: reply.points }];
   return list.map((s) => ({
     key: seriesKey(line.metric, line.quantile, entityKey(s.entity)),
