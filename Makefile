@@ -76,7 +76,7 @@ test-real-vllm: preflight real-vllm
 
 # The API fuzzed from its OpenAPI schema on a real server, as every role: no 5xx (minutes).
 test-schema: preflight
-	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -m schema_fuzz tests/schema_fuzz
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -s -m schema_fuzz tests/schema_fuzz
 
 bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences
 

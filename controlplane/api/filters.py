@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import django_filters
 from django import forms
 from django.db.models import Q
@@ -29,6 +31,30 @@ class StrictBooleanField(forms.Field):
 class StrictBooleanFilter(django_filters.BooleanFilter):
     # django-filter's own boolean filter reads "yes" or "maybe" as "no filter" without a word.
     field_class = StrictBooleanField
+
+
+class BoundedDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO-8601 instant between 1970 and 2100: year 204 at -22:22 would overflow when
+    turned to UTC (a 500), and no stored row lies outside anyway."""
+
+    EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+    LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+
+    def to_python(self, value):
+        try:
+            when = super().to_python(value)
+            if when is not None and when.tzinfo is not None:
+                when = when.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise forms.ValidationError(f"{value!r} is not a time between 1970 and 2100"
+                                        ) from None
+        if when is not None and not self.EARLIEST <= when < self.LATEST:
+            raise forms.ValidationError(f"{value!r} is not a time between 1970 and 2100")
+        return when
+
+
+class BoundedDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = BoundedDateTimeField
 
 
 @extend_schema_field(OpenApiTypes.INT)

@@ -79,5 +79,8 @@ def test_no_input_makes_a_server_error(server, who, tmp_path: Path):
          "--exclude-path-regex", "^/api/v1/docs"],
         capture_output=True, text=True, cwd=tmp_path, timeout=1200)
     summary = done.stdout[-6000:]
+    # Each phase's tally ("✅ 60 passed") and the operations tested, for the CI log.
+    print(f"{who}:", *[line.strip() for line in done.stdout.splitlines()
+                       if "passed" in line or "Operations:" in line], sep="\n  ")
     assert done.returncode == 0, f"{who}:\n{summary}\n{done.stderr[-2000:]}\n" \
                                  f"server log:\n{log.read_text(errors='replace')[-4000:]}"

@@ -150,3 +150,10 @@ def test_acknowledgements_are_recorded(db):
     assert (acked.action, unacked.action) == ("acknowledged", "unacknowledged")
     assert acked.actor == "olga" and acked.target == "GPU hot on host:1"
     assert acked.changes == {"comment": [None, "on it"]}
+
+
+def test_the_logs_time_filters_refuse_what_cannot_be_a_time(admin):
+    for bad in ("0204-10-17T10:23:34.19-22:22", "9999-12-31T23:59:59-23:00", "yesterday"):
+        response = admin.get("/api/v1/audit/", {"since": bad})
+        assert response.status_code == 400 and "since" in response.json(), bad
+    assert admin.get("/api/v1/audit/", {"since": "2026-01-01T00:00:00Z"}).status_code == 200

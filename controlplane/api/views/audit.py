@@ -5,6 +5,7 @@ from __future__ import annotations
 import django_filters
 from rest_framework import serializers, viewsets
 
+from controlplane.api.filters import BoundedDateTimeFilter
 from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import CanReadAudit
 from controlplane.audit.models import AuditEntry
@@ -19,8 +20,8 @@ class AuditEntrySerializer(serializers.ModelSerializer):
 
 
 class AuditFilter(django_filters.FilterSet):
-    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+    since = BoundedDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = BoundedDateTimeFilter(field_name="at", lookup_expr="lt")
     actor = django_filters.CharFilter(max_length=150)
     action = django_filters.CharFilter(max_length=24)
     target_type = django_filters.CharFilter(max_length=40)
