@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
+from controlplane.alerts.fleet_names import FleetNames
 from controlplane.alerts.models import Alert, AlertEvent, AlertRule, AlertState
-from controlplane.alerts.names import FleetNames
 from controlplane.alerts.queries import Hit, Hits
 from controlplane.alerts.rules import render_summary
 from controlplane.alerts.shards import WHOLE, Shard

@@ -26,10 +26,10 @@ from django.utils import timezone
 from agents.protocol import Metric
 from controlplane.alerts import windows
 from controlplane.alerts.apply import apply_hits
+from controlplane.alerts.fleet_names import FleetNames
 from controlplane.alerts.models import AlertRule, RuleKind
-from controlplane.alerts.named import NAMED
-from controlplane.alerts.named import READS as NAMED_READS
-from controlplane.alerts.names import FleetNames
+from controlplane.alerts.named_kinds import NAMED
+from controlplane.alerts.named_kinds import READS as NAMED_READS
 from controlplane.alerts.patterns import PatternError, glob_match
 from controlplane.alerts.queries import Hit, Hits, threshold_hits
 from controlplane.alerts.rules import rule_metric

@@ -16,7 +16,7 @@ class Severity(models.TextChoices):
 class RuleKind(models.TextChoices):
     # A catalog metric aggregated over a window and compared with a threshold.
     THRESHOLD = "threshold"
-    # Named conditions with their own SQL (controlplane/alerts/named.py).
+    # Named conditions with their own SQL (controlplane/alerts/named_kinds.py).
     HOST_NO_DATA = "host_no_data", "agent stopped reporting"
     ENGINE_DOWN = "engine_down", "engine down or silent while its host reports"
     KV_PRESSURE = "kv_pressure", "KV cache full with requests waiting"

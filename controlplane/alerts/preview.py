@@ -31,8 +31,8 @@ from controlplane.alerts.evaluate import (
     slice_needs,
     statement_settings,
 )
+from controlplane.alerts.fleet_names import FleetNames
 from controlplane.alerts.models import Alert, AlertRule, RuleKind
-from controlplane.alerts.names import FleetNames
 from controlplane.alerts.queries import Hits
 from controlplane.alerts.rules import render_summary, rule_metric
 from controlplane.alerts.shards import Shard, shards

@@ -21,8 +21,8 @@ from agents.protocol import Metric
 from controlplane.alerts.models import Aggregation, AlertRule, Op
 from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.shards import WHOLE, Shard
-from controlplane.alerts.windows.build import window_start
 from controlplane.alerts.windows.schema import SLICES
+from controlplane.alerts.windows.slices import window_start
 from controlplane.alerts.windows.sql import (
     POINTS,
     bucket_sums,

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from controlplane.alerts import named
+from controlplane.alerts import named_kinds
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule, RuleKind
 from controlplane.alerts.queries import fetch
@@ -31,7 +31,7 @@ def fails_in_the_database(rule_, now, shard):
 
 def test_a_rule_whose_query_fails_is_marked_and_the_others_still_fire(hot, node, monkeypatch):
     bad = rule(name="KV full", kind=RuleKind.KV_PRESSURE, window_s=60, op=">", threshold=0.9)
-    monkeypatch.setitem(named.NAMED, RuleKind.KV_PRESSURE, fails_in_the_database)
+    monkeypatch.setitem(named_kinds.NAMED, RuleKind.KV_PRESSURE, fails_in_the_database)
 
     result = evaluate(T0, rule_ids=[hot.id, bad.id])
 

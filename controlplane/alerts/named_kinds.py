@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from controlplane.alerts.models import AlertRule, RuleKind
 from controlplane.alerts.queries import SQL_OP, Hit, fetch
 from controlplane.alerts.shards import Shard
-from controlplane.alerts.windows.build import window_start
 from controlplane.alerts.windows.schema import SLICES
+from controlplane.alerts.windows.slices import window_start
 from controlplane.alerts.windows.sql import average, newest
 
 GPUS, ENGINES, PROCS = (SLICES[e].name for e in ("gpu", "engine", "proc"))
