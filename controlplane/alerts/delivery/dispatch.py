@@ -83,7 +83,7 @@ def dispatch(now: datetime | None = None) -> list[int]:
         plans, default = load_plans()
         silences = list(active_silences(now))
         buckets = collect(plans, default, silences, now)
-        return write(buckets, plans, default, silences, now)
+        return write_groups_and_notifications(buckets, plans, default, silences, now)
 
 
 def collect(plans: list[Plan], default: Plan, silences: list, now: datetime) -> dict[str, Bucket]:
@@ -107,8 +107,14 @@ def collect(plans: list[Plan], default: Plan, silences: list, now: datetime) -> 
     return buckets
 
 
-def write(buckets: dict[str, Bucket], plans: list[Plan], default: Plan, silences: list,
-          now: datetime) -> list[int]:
+def write_groups_and_notifications(buckets: dict[str, Bucket], plans: list[Plan],
+                                   default: Plan, silences: list, now: datetime) -> list[int]:
+    """Decide every notification group (``grouping.decide``) and write the outcome: the
+    NotificationGroup rows whose state moved (first seen, last sent, the alerts sent; new
+    groups created), and one queued Notification per channel of each group that sends now.
+    ``buckets``: the groups the firing alerts are in now (``collect``); groups with nothing
+    firing but something sent or waiting are decided too, so their alerts resolve. Returns the
+    ids of the Notification rows, which ``service.deliver`` sends."""
     # Groups with something sent or waiting, and the groups alerts are in now.
     rows = {g.key: g for g in NotificationGroup.objects.filter(
         Q(key__in=list(buckets)) | ~Q(sent={}) | Q(first_seen_at__isnull=False))}
