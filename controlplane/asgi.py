@@ -3,7 +3,9 @@ WebSockets through Channels.
 
 ``/api/v1/ingest`` is the hot path (1,000+ agent batches/s): the full Django request cycle
 under ASGI measured 1-1.6 ms of CPU per request, a bare ASGI callable under 0.1 ms
-(docs/architecture.md), so the ingest app is routed ahead of Django here and shares only the settings.
+(docs/architecture.md), so the ingest app is routed ahead of Django here and shares only the
+settings. This is also where the layers are wired together: the ingest app (telemetry) feeds
+the live publisher (realtime) through its writer's after-commit hook.
 """
 
 from __future__ import annotations
@@ -22,8 +24,18 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_app = get_asgi_application()
 
+from controlplane.realtime.publisher import Publisher  # noqa: E402
 from controlplane.realtime.routing import websocket_app  # noqa: E402
 from controlplane.telemetry.ingest.app import IngestApp  # noqa: E402
 from controlplane.telemetry.ingest.lifespan import Router  # noqa: E402
 
-application = Router(ingest=IngestApp(), django=django_app, websocket=websocket_app)
+
+def ingest_app() -> IngestApp:
+    """The ingest app with live push: the realtime publisher is fed what each flush committed
+    (the writer's after-commit hook) and builds events for the groups browsers watch."""
+    ingest = IngestApp()
+    ingest.listen(Publisher(ingest.layouts.ids))
+    return ingest
+
+
+application = Router(ingest=ingest_app(), django=django_app, websocket=websocket_app)

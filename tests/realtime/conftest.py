@@ -40,12 +40,12 @@ def live_settings(settings):
 @pytest.fixture
 def make_ingest(live_settings, empty_samples):
     """Builds the real ingest app under the settings of the moment (change them first)."""
-    from controlplane.telemetry.ingest.app import IngestApp
+    from controlplane.asgi import ingest_app
 
     clients: list[AsgiClient] = []
 
     def make() -> AsgiClient:
-        clients.append(AsgiClient(IngestApp()))
+        clients.append(AsgiClient(ingest_app()))
         return clients[-1]
 
     yield make

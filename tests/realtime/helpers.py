@@ -121,7 +121,7 @@ async def post(ingest, body: dict, token: str) -> tuple[int, dict]:
 
 async def refresh_interest(ingest) -> None:
     """Make the publisher re-read interest now, instead of at its next tick."""
-    await on_ingest_loop(ingest, ingest.app.publisher.refresh())
+    await on_ingest_loop(ingest, ingest.app.listeners[0].refresh())
 
 
 def session_headers(username: str, role: str | None = "viewer") -> list[tuple[bytes, bytes]]:

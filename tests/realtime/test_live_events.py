@@ -88,7 +88,7 @@ def test_a_batch_reaches_a_subscribed_socket_as_host_engine_and_fleet_events(
 def test_a_new_subscription_is_seen_without_waiting_for_the_next_interest_read(
         live_ingest, agents, fleet, signed_in):
     node = fleet["gpu-node-1"]  # the publisher re-reads interest only hourly in these tests
-    publisher = live_ingest.app.publisher
+    publisher = live_ingest.app.listeners[0]  # the live publisher (asgi.ingest_app)
 
     @synchronously
     async def scenario():

@@ -45,7 +45,7 @@ def test_ingest_stores_and_answers_while_redis_is_unreachable(live_settings, mak
     replies = []
     for _ in range(3):
         replies.append(ingest.post(body("gpu-node-1"), agents["gpu-node-1"]))
-        ingest.run(ingest.app.publisher.refresh())
+        ingest.run(ingest.app.listeners[0].refresh())
     assert [(code, reply["accepted"]) for code, reply in replies] == [(200, 1)] * 3
     assert stored_rows() == {"host": 3, "gpu": 6, "engine": 3, "proc": 3}
     assert len(outage_lines(caplog, "paused")) == 1  # one line per outage, not per batch
@@ -59,7 +59,7 @@ def test_live_push_pauses_when_redis_goes_away_and_resumes_when_it_returns(
     live_ingest.post(body("gpu-node-1"), token)
     host = Host.objects.get(hostname="gpu-node-1").id
     batches = [body("gpu-node-1") for _ in range(4)]
-    publisher = live_ingest.app.publisher
+    publisher = live_ingest.app.listeners[0]  # the live publisher (asgi.ingest_app)
 
     @synchronously
     async def scenario():

@@ -2,6 +2,8 @@
 
 Per request: size limit, gzip, JSON (orjson), token -> host, validation against the catalog,
 inventory, rows, then the shared writer; the reply comes only after the rows are committed.
+What else is fed the committed rows (the live publisher) is attached where the application is
+assembled (``IngestApp.listen``, controlplane/asgi.py): telemetry knows no layer above it.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ import gc
 import logging
 import time
 import zlib
+from collections.abc import Sequence
+from typing import Protocol
 
 import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from controlplane.realtime.publisher import Publisher
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest.copy import dsn_from_settings
 from controlplane.telemetry.ingest.credentials import TokenRefused
@@ -36,6 +39,17 @@ log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
 
 
+class CommitListener(Protocol):
+    """Something fed what each flush committed, started and stopped with the ingest app."""
+
+    def on_commit(self, work: Sequence[Work]) -> None:
+        """Runs in the writer's flush, after the commit; must not block (no I/O)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class IngestApp:
     def __init__(self) -> None:
         conf = settings.PITWALL
@@ -45,16 +59,21 @@ class IngestApp:
             conf["INGEST_FLUSH_ROWS"], conf["INGEST_FLUSH_MS"])
         self.registry = Registry()
         self.layouts = LayoutCache()
-        # Live push: events for watched groups, built from what each flush committed.
-        self.publisher = Publisher(self.layouts.ids)
-        self.writer.after_commit.append(self.publisher.on_commit)
+        self.listeners: list[CommitListener] = []
         self.started = False
+
+    def listen(self, listener: CommitListener) -> None:
+        """Feed ``listener`` the batches each flush committed (the writer's after-commit hook)
+        and start and stop it with this app. Attach before the app starts."""
+        self.listeners.append(listener)
+        self.writer.after_commit.append(listener.on_commit)
 
     async def startup(self) -> None:
         if not self.started:
             self.started = True
             await self.writer.start()
-            await self.publisher.start()
+            for listener in self.listeners:
+                await listener.start()
             try:
                 await self.registry.warm()
             except DatabaseError as exc:  # requests load what they need once it is back
@@ -64,8 +83,9 @@ class IngestApp:
     async def shutdown(self) -> None:
         if self.started:
             self.started = False
-            await self.writer.stop()
-            await self.publisher.stop()
+            await self.writer.stop()  # the last flush still reaches the listeners
+            for listener in self.listeners:
+                await listener.stop()
         # The registry's ORM calls ran in asgiref's sync thread: close its connection too.
         await sync_to_async(connections.close_all)()
 
