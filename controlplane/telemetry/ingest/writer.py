@@ -1,10 +1,11 @@
 """The ingest writer: batches rows across concurrent requests into one COPY transaction.
 
-docs/architecture.md: binary COPY measured 7.4 k rows/s with one agent batch (8 rows) per transaction
-and 82-133 k rows/s with 800-8,000 rows: so requests hand their rows to this writer and wait;
-it flushes whatever has gathered (group commit) when ``flush_rows`` rows wait or ``flush_ms``
-passed since the first, in one transaction, and only then are the requests answered. Nothing
-is acknowledged before it is committed, so a crash loses nothing the agent believes stored.
+docs/architecture.md: binary COPY measured 7.4 k rows/s with one agent batch (8 rows) per
+transaction and 82-133 k rows/s with 800-8,000 rows: so requests hand their rows to this
+writer and wait; it flushes whatever has gathered (group commit) when ``flush_rows`` rows wait
+or ``flush_ms`` passed since the first, in one transaction, and only then are the requests
+answered. Nothing is acknowledged before it is committed, so a crash loses nothing the agent
+believes stored.
 
 Credentials: the flush reads the state of the agent tokens its batches came with, first thing in
 its transaction (one query); the batches of a token revoked or expired by then are refused with
