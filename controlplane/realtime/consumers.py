@@ -1,8 +1,8 @@
 """``/ws/live/``: a signed-in browser subscribes to live groups and receives their events.
 
-Protocol in docs/live.md. Events arrive already serialised (publish.py) and are forwarded as
-they are. A socket whose session ended or whose user was deactivated is closed at its next
-ping (every 20 s).
+Protocol in docs/live.md. Events arrive already serialised (channel_layer.py) and are
+forwarded as they are. A socket whose session ended or whose user was deactivated is closed
+at its next ping (every 20 s).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
 
 from controlplane.realtime import groups, interest
+from controlplane.realtime.channel_layer import LAYER_ERRORS
 from controlplane.realtime.events import Reply, encode
-from controlplane.realtime.publish import LAYER_ERRORS
 
 CLOSE_SIGNED_OUT = 4401  # the page sends the browser to the login form, no reconnect
 CLOSE_FORBIDDEN = 4403  # signed in, but no role that reads the fleet

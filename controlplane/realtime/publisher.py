@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from django.conf import settings
 
 from controlplane.realtime import build, interest
+from controlplane.realtime.channel_layer import LAYER_ERRORS, publish
 from controlplane.realtime.events import encode
 from controlplane.realtime.groups import FLEET, engine_group, host_group
-from controlplane.realtime.publish import LAYER_ERRORS, publish
 
 log = logging.getLogger(__name__)
 
