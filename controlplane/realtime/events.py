@@ -1,7 +1,7 @@
 """The messages of the live WebSocket (docs/live.md), as typed dicts.
 
 Events (fleet, host, engine) are built by the ingest process from committed rows
-(``realtime.build``) and serialised once: every socket in a group receives the same text.
+(``realtime.events_from_rows``) and serialised once: every socket in a group receives the same text.
 Keys inside ``host``, ``gpus``, ``values`` and ``procs`` are catalog keys without the entity
 prefix, as on the agent wire; a metric that was not reported is absent.
 """

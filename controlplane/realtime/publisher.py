@@ -24,9 +24,17 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
-from controlplane.realtime import build, interest
+from controlplane.realtime import interest
 from controlplane.realtime.channel_layer import LAYER_ERRORS, publish
 from controlplane.realtime.events import encode
+from controlplane.realtime.events_from_rows import (
+    ENGINE,
+    Rows,
+    batch_ts,
+    engine_event,
+    fleet_event,
+    host_event,
+)
 from controlplane.realtime.groups import FLEET, engine_group, host_group
 
 log = logging.getLogger(__name__)
@@ -51,7 +59,7 @@ class Publisher:
         self._engines: frozenset[int] = frozenset()
         self._fleet_on = False
         self._queue: deque[Job] = deque()
-        self._fleet: dict[int, tuple[float, build.Rows]] = {}  # host -> (ts, newest rows)
+        self._fleet: dict[int, tuple[float, Rows]] = {}  # host -> (ts, newest rows)
         self._fleet_sent = -math.inf
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -82,7 +90,7 @@ class Publisher:
         """Queue events for the committed batches (``Work`` items) that someone watches."""
         if not (self._hosts or self._engines or self._fleet_on):
             return
-        hosts: dict[int, list[build.Rows]] = {}
+        hosts: dict[int, list[Rows]] = {}
         engines: dict[int, list[tuple]] = {}
         fleet_was_empty = not self._fleet  # the first host since the last summary wakes it
         for item in work:
@@ -92,7 +100,7 @@ class Publisher:
             if item.host_id in self._hosts:
                 hosts.setdefault(item.host_id, []).append(rows)
             if self._engines:
-                for row in rows.get(build.ENGINE.name, ()):
+                for row in rows.get(ENGINE.name, ()):
                     if row[0] in self._engines:
                         engines.setdefault(row[0], []).append(row)
         for host_id, batches in hosts.items():
@@ -102,8 +110,8 @@ class Publisher:
         if hosts or engines or (fleet_was_empty and self._fleet):
             self._wake.set()
 
-    def _remember(self, host_id: int, rows: build.Rows) -> None:
-        ts = build.batch_ts(rows)
+    def _remember(self, host_id: int, rows: Rows) -> None:
+        ts = batch_ts(rows)
         seen = self._fleet.get(host_id)
         if seen is None or ts >= seen[0]:  # a replay of old batches does not hide new values
             self._fleet[host_id] = (ts, rows)
@@ -195,14 +203,14 @@ class Publisher:
         if self._fleet and time.monotonic() - self._fleet_sent >= self.fleet_every_s:
             latest, self._fleet = self._fleet, {}
             self._fleet_sent = time.monotonic()
-            event = build.fleet_event({host: rows for host, (_, rows) in latest.items()})
+            event = fleet_event({host: rows for host, (_, rows) in latest.items()})
             await _send([(FLEET, encode(event))])
 
     def _event(self, job: Job) -> tuple[str, str]:
         kind, ident, payload = job
         if kind == "host":
-            return host_group(ident), encode(build.host_event(ident, payload))
-        return engine_group(ident), encode(build.engine_event(ident, payload, self._bounds_of))
+            return host_group(ident), encode(host_event(ident, payload))
+        return engine_group(ident), encode(engine_event(ident, payload, self._bounds_of))
 
     def _bounds_of(self, layout_id: int) -> tuple | None:
         bounds = self._bounds.get(layout_id)
