@@ -64,7 +64,7 @@ class RollupWatermark(models.Model):
     """How far a rollup tier is built: every bucket before ``upto`` is in its tables.
 
     Later buckets are read from the finer tier by the series layer; late samples before it
-    are caught by ``RollupDirty`` (rollups/build.py).
+    are caught by ``RollupDirty`` (rollups/refresh.py).
     """
 
     resolution = models.CharField(max_length=8, primary_key=True)  # "1m", "1h"

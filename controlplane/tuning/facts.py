@@ -19,7 +19,7 @@ from django.db import connection
 from controlplane.alerts.windows.sql import bucket_sums, max_buckets
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host
 from controlplane.telemetry.models import HistogramLayout
-from controlplane.telemetry.rollups.build import floor
+from controlplane.telemetry.rollups.refresh import floor
 from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
 from controlplane.telemetry.schema import TABLES as RAW
 from controlplane.telemetry.series.histograms import histogram_quantile

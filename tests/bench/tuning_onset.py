@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     harness.open_bench_database()
     from django.conf import settings
 
-    from controlplane.telemetry.rollups import build
+    from controlplane.telemetry.rollups import refresh as build
     from controlplane.tuning.models import Suggestion
     from tests.tuning.telemetry import declare
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rest_framework.test import APIClient
 
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from controlplane.telemetry.rollups import build
+from controlplane.telemetry.rollups import refresh as build
 from controlplane.tuning import service
 from tests.support.roles import user_with_role
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from agents.sim.scenario import Scenario
 from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host
-from controlplane.telemetry.rollups import build
+from controlplane.telemetry.rollups import refresh as build
 from tests.api.helpers import insert_samples, layout
 
 TTFT_BOUNDS = [0.1, 0.5, 1.0, 2.5, 5.0, 10.0]

@@ -3,7 +3,7 @@
 An agent replaying its spool after an outage sends samples minutes or hours old, into
 minutes the rollup task may already have built. Inside its flush transaction the ingest
 writer records ("1m", host, minute) for such samples; the rollup task recomputes those
-minutes and their hour (build.py). A sample is late when its minute ended more than half
+minutes and their hour (refresh.py). A sample is late when its minute ended more than half
 ``ROLLUP_SETTLE_S`` ago: live samples (a second or two old) never are, so a live flush costs
 one ``min()`` over its timestamps and no query. The rollup task waits the whole
 ``ROLLUP_SETTLE_S``, so a flush would have to take longer than the other half, clock skew
