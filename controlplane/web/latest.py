@@ -1,22 +1,14 @@
-"""The latest sample of each entity, for what a page shows before the first live event.
+"""The latest sample of each entity, shaped for the pages' templates.
 
-Read-only SQL over the raw sample tables (names from telemetry.schema). Each entity's latest
-row is one backward probe of its primary key ``(entity, ts)``, bounded to a recent window so
-that only the newest daily partitions are touched; an entity silent for longer shows no values.
+The samples come from telemetry (``controlplane.telemetry.latest``, the SQL); here they become
+dicts a template can ask for any metric: an absent one reads as None.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import timedelta
 
-from django.db import connection
-from django.utils import timezone
-
-from agents.protocol import PROCESS_ATTRIBUTES, metrics_of
-from controlplane.telemetry.schema import TABLES, column_for
-
-RECENT = timedelta(minutes=15)
+from controlplane.telemetry.latest import latest_process_samples, latest_samples
 
 
 class Values(dict):
@@ -34,45 +26,11 @@ class ById(dict):
         return Values()
 
 
-def _value_columns(entity: str) -> list[str]:
-    """Gauge and rate columns of an entity (histograms have no single latest value)."""
-    return [column_for(m).name for m in metrics_of(entity) if m.kind != "histogram"]
-
-
-def _rows(sql: str, params: list) -> list[dict]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        names = [c.name for c in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
 def latest(entity: str, ids: Iterable[int]) -> ById:
     """id -> {"ts": unix s, <wire key>: value, ...} for host, gpu or engine ids."""
-    ids = list(ids)
-    if not ids:
-        return ById()
-    table = TABLES[entity]
-    key = table.keys[0].name
-    cols = ", ".join(_value_columns(entity))
-    rows = _rows(
-        f"SELECT e.id AS entity_id, s.* FROM unnest(%s::int[]) AS e(id) "
-        f"CROSS JOIN LATERAL (SELECT extract(epoch FROM ts)::float8 AS ts, {cols} "
-        f"FROM {table.name} WHERE {key} = e.id AND ts >= %s ORDER BY ts DESC LIMIT 1) s",
-        [ids, timezone.now() - RECENT])
-    return ById((row.pop("entity_id"), _present(row)) for row in rows)
+    return ById((i, Values(sample)) for i, sample in latest_samples(entity, ids).items())
 
 
 def latest_procs(host_id: int) -> list[Values]:
     """The newest sample of each process seen recently on a host, with its CPU affinity."""
-    table = TABLES["proc"]
-    cols = ", ".join([*_value_columns("proc"), *PROCESS_ATTRIBUTES])
-    rows = _rows(
-        f"SELECT DISTINCT ON (pid) pid, engine_id, extract(epoch FROM ts)::float8 AS ts, {cols} "
-        f"FROM {table.name} WHERE host_id = %s AND ts >= %s ORDER BY pid, ts DESC",
-        [host_id, timezone.now() - RECENT])
-    return [_present(row) for row in rows]
-
-
-def _present(row: dict) -> Values:
-    # Absent metrics are absent, as on the wire (NULL columns dropped).
-    return Values((k, v) for k, v in row.items() if v is not None)
+    return [Values(sample) for sample in latest_process_samples(host_id)]
