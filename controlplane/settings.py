@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "controlplane.api",
     "controlplane.realtime",
     "controlplane.web",
+    "controlplane.devstack",
 ]
 
 # Kept short on purpose: every entry costs CPU on every page and API request

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agents import vllm_args
+from controlplane.devstack.real_vllm_demo import ARGS, VLLM_VERSION, NotInstalled, RealVllmDemo
 from controlplane.fleet.models import Deployment, Host
-from controlplane.web.real_vllm_demo import ARGS, VLLM_VERSION, NotInstalled, RealVllmDemo
 
 
 @pytest.fixture

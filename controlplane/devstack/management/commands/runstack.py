@@ -8,10 +8,10 @@ from django.core.management.base import BaseCommand
 from agents import vllm_args
 from agents.children import Child, Stack, python
 from agents.sim.fleet import BASE_PORT, host_name
+from controlplane.devstack.real_vllm_demo import NotInstalled, RealVllmDemo
 from controlplane.fleet import deployments
 from controlplane.fleet.models import AgentToken, Deployment, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token
-from controlplane.web.real_vllm_demo import NotInstalled, RealVllmDemo
 
 INVENTORY_WAIT_S = 60.0
 # The demo fleet's deployments: most are healthy; two are mis-tuned on purpose so the Tuning

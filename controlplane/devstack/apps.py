@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DevstackConfig(AppConfig):
+    name = "controlplane.devstack"
+    label = "devstack"
