@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-import pynvml
+from agents import nvml_bits
 
 MIB = 1024**2
 CUDA_CONTEXT_BYTES = 512 * MIB  # what a CUDA context costs beyond the vLLM budget
@@ -58,7 +58,7 @@ class Reading:
     sm_mhz: int = IDLE_SM_MHZ
     tx_kbs: int = 0
     rx_kbs: int = 0
-    reasons: int = pynvml.nvmlClocksEventReasonGpuIdle
+    reasons: int = nvml_bits.GPU_IDLE
     processes: list[Claim] = field(default_factory=list)
 
 
@@ -92,11 +92,11 @@ class GpuModel:
 
     def _clocks(self, r: Reading, active: bool) -> tuple[int, int]:
         if not active:
-            return pynvml.nvmlClocksEventReasonGpuIdle, IDLE_SM_MHZ
+            return nvml_bits.GPU_IDLE, IDLE_SM_MHZ
         if r.power_mw > 0.93 * POWER_LIMIT_MW:
             mhz = POWER_CAPPED_SM_MHZ + self._rng.randint(-30, 30)
-            return pynvml.nvmlClocksEventReasonSwPowerCap, mhz
-        return pynvml.nvmlClocksEventReasonNone, BOOST_SM_MHZ
+            return nvml_bits.SW_POWER_CAP, mhz
+        return nvml_bits.NONE, BOOST_SM_MHZ
 
     def _temperature(self, watts: float, now: float) -> float:
         target = 31.0 + 0.058 * watts  # ~35 °C idle, ~70 °C at the power limit

@@ -9,10 +9,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import transaction
 
+from agents import nvml_bits
 from controlplane.alerts.models import AlertRule, Op, RuleKind, Severity
-
-THERMAL_OR_HW_SLOWDOWN = 0x8 | 0x20 | 0x40 | 0x80  # HW_SLOWDOWN, SW/HW_THERMAL, POWER_BRAKE
-SW_POWER_CAP = 0x4
 
 
 def pack() -> list[dict]:
@@ -50,13 +48,13 @@ def pack() -> list[dict]:
              summary="{host} GPU {gpu_index}: {value:.0%} of its memory is used beyond what "
                      "gpu_memory_utilization reserves (another process? OOM risk)"),
         dict(pack_key="gpu-thermal-throttle", name="GPU thermal or hardware slowdown",
-             metric="gpu.throttle_reasons", aggregation="avg", bitmask=THERMAL_OR_HW_SLOWDOWN,
+             metric="gpu.throttle_reasons", aggregation="avg", bitmask=nvml_bits.SEVERE,
              window_s=120, op=Op.GE, threshold=0.5, for_s=120, keep_firing_for_s=120,
              severity=Severity.CRITICAL,
              summary="{host} GPU {gpu_index}: thermal/hardware slowdown in {value:.0%} of "
                      "samples"),
         dict(pack_key="gpu-power-cap", name="GPU held at its power cap",
-             metric="gpu.throttle_reasons", aggregation="avg", bitmask=SW_POWER_CAP,
+             metric="gpu.throttle_reasons", aggregation="avg", bitmask=nvml_bits.SW_POWER_CAP,
              window_s=300, op=Op.GE, threshold=0.9, for_s=600, severity=Severity.INFO,
              summary="{host} GPU {gpu_index}: clocks capped by the power limit in {value:.0%} "
                      "of samples for 15 min"),

@@ -1,39 +1,16 @@
-"""NVML clocks-event (throttle) reason bits, by name: the one list the pages and JS decode with.
+"""NVML clocks-event (throttle) reasons for the pages and their JavaScript.
 
-Bits as in nvml.h (nvmlClocksEventReason*). "GPU idle" and the clock settings are not
-slowdowns; ``severe`` marks the reasons an operator must act on (power brake, thermal, HW).
+The bits, their names and which are severe live in ``agents.nvml_bits`` (also read by the
+alert pack and the simulated GPUs); the pages decode a sample with ``nvml_bits.decode``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-
-@dataclass(frozen=True)
-class Reason:
-    bit: int
-    name: str
-    severe: bool = False
-
-
-THROTTLE_REASONS: tuple[Reason, ...] = (
-    Reason(0x1, "GPU idle"),
-    Reason(0x2, "applications clocks"),
-    Reason(0x4, "SW power cap"),
-    Reason(0x8, "HW slowdown", severe=True),
-    Reason(0x10, "sync boost"),
-    Reason(0x20, "SW thermal", severe=True),
-    Reason(0x40, "HW thermal", severe=True),
-    Reason(0x80, "HW power brake", severe=True),
-    Reason(0x100, "display clocks"),
-)
-
-
-def decode(mask: int | None) -> list[Reason]:
-    if not mask:
-        return []
-    return [r for r in THROTTLE_REASONS if mask & r.bit]
+from agents.nvml_bits import THROTTLE_REASONS
 
 
 def reasons_json() -> list[dict]:
+    """Every reason as ``{"bit", "name", "severe"}``, for the charts' timeline decoder."""
     return [asdict(r) for r in THROTTLE_REASONS]

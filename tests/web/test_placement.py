@@ -3,9 +3,9 @@ reasons."""
 
 from __future__ import annotations
 
+from agents.nvml_bits import decode
 from controlplane.fleet.models import Engine, Gpu
 from controlplane.web.numa import cpu_ranges, placements
-from controlplane.web.nvml import decode
 
 
 def test_cpu_lists_read_as_ranges():

@@ -3,11 +3,11 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from agents.nvml_bits import decode
 from controlplane.fleet.models import Gpu
 from controlplane.fleet.queries import is_online
 from controlplane.web.charts import gpu_charts
 from controlplane.web.latest import latest
-from controlplane.web.nvml import decode
 from controlplane.web.views.access import read_fleet
 from controlplane.web.views.common import page_context
 

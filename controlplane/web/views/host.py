@@ -5,12 +5,12 @@ from dataclasses import dataclass
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from agents.nvml_bits import Reason, decode
 from controlplane.fleet.models import Engine, Gpu, Host
 from controlplane.fleet.queries import is_online
 from controlplane.web.charts import host_charts
 from controlplane.web.latest import Values, latest, latest_procs
 from controlplane.web.numa import numa_panel, placements
-from controlplane.web.nvml import Reason, decode
 from controlplane.web.views.access import read_fleet
 from controlplane.web.views.common import page_context
 
