@@ -73,23 +73,11 @@ def load_alerts(rule_ids: list[int], hits: Hits, now: datetime, shard: Shard = W
     whose condition still holds and that ``step`` would neither move nor write (``_SETTLED``);
     in a storm most of the firing alerts are, and they are neither read nor stepped."""
     pairs = [(rule_id, h.target) for rule_id, found in hits.items() for h in found]
-    table, rules = Alert._meta.db_table, AlertRule._meta.db_table
-    padding = ", ".join(["NULL"] * (len(_FIELDS) - 3))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH h AS MATERIALIZED (SELECT * FROM unnest(%(hr)s::int8[], %(ht)s::text[]) "
-            f"  AS h(rule_id, target)), "
-            f"o AS MATERIALIZED (SELECT a.*, coalesce(h.rule_id IS NOT NULL AND {_SETTLED}, "
-            f"  false) AS settled FROM {table} a JOIN {rules} r ON r.id = a.rule_id "
-            f"  LEFT JOIN h ON h.rule_id = a.rule_id AND h.target = a.target "
-            f"  WHERE a.rule_id = ANY(%(rules)s::int8[]) AND a.state = ANY(%(open)s::text[]) "
-            f"  AND {shard.hosts('a.host_id')}) "
-            f"SELECT false, {_columns('o')} FROM o WHERE NOT o.settled "
-            f"UNION ALL SELECT true, NULL, o.rule_id, o.target, {padding} FROM o WHERE o.settled "
-            f"UNION ALL SELECT false, {_columns('a')} FROM {table} a JOIN h "
-            f"ON a.rule_id = h.rule_id AND a.target = h.target "
-            f"WHERE a.state <> ALL(%(open)s::text[])",
-            {"hr": array_literal(p[0] for p in pairs), "ht": array_literal(p[1] for p in pairs),
+            load_alerts_sql(shard),
+            {"hit_rules": array_literal(p[0] for p in pairs),
+             "hit_targets": array_literal(p[1] for p in pairs),
              "rules": array_literal(rule_ids), "open": array_literal(OPEN), "now": now,
              "refresh": VALUE_REFRESH, "slack": FOR_SLACK})
         known, settled = {}, set()
@@ -102,14 +90,42 @@ def load_alerts(rule_ids: list[int], hits: Hits, now: datetime, shard: Shard = W
     return known, settled
 
 
+def load_alerts_sql(shard: Shard = WHOLE) -> str:
+    """``load_alerts``' statement: a row per alert to step (``settled`` false, its fields) and
+    a row per settled pair (``settled`` true, the rule and target only)."""
+    table, rules = Alert._meta.db_table, AlertRule._meta.db_table
+    padding = ", ".join(["NULL"] * (len(_FIELDS) - 3))
+    return (
+        "WITH h AS MATERIALIZED (\n"
+        "  SELECT * FROM unnest(%(hit_rules)s::int8[], %(hit_targets)s::text[]) "
+        "AS h(rule_id, target)),\n"
+        "o AS MATERIALIZED (\n"
+        f"  SELECT a.*, coalesce(h.rule_id IS NOT NULL AND {_SETTLED}, false) AS settled\n"
+        f"  FROM {table} a\n"
+        f"  JOIN {rules} r ON r.id = a.rule_id\n"
+        "  LEFT JOIN h ON h.rule_id = a.rule_id AND h.target = a.target\n"
+        "  WHERE a.rule_id = ANY(%(rules)s::int8[]) AND a.state = ANY(%(open)s::text[])\n"
+        f"    AND {shard.hosts('a.host_id')})\n"
+        f"SELECT false, {_columns('o')}\n"
+        "FROM o WHERE NOT o.settled\n"
+        "UNION ALL\n"
+        f"SELECT true, NULL, o.rule_id, o.target, {padding}\n"
+        "FROM o WHERE o.settled\n"
+        "UNION ALL\n"
+        f"SELECT false, {_columns('a')}\n"
+        f"FROM {table} a\n"
+        "JOIN h ON a.rule_id = h.rule_id AND a.target = h.target\n"
+        "WHERE a.state <> ALL(%(open)s::text[])")
+
+
 # Mirrors ``step`` for an open alert whose condition holds: no transition (firing, or pending
 # short of ``for``) and no write (held_until_now and no _refresh_due). tests/alerts check that
 # every pair it skips, stepped in Python, would do nothing.
 _SETTLED = (
-    "a.last_true_at IS NOT NULL AND a.last_true_at = a.last_evaluated_at "
-    "AND a.last_evaluated_at > %(now)s - %(refresh)s "
-    "AND (a.state = 'firing' OR a.active_since + r.for_s * interval '1 second' - %(slack)s "
-    "     > %(now)s)")
+    "a.last_true_at IS NOT NULL AND a.last_true_at = a.last_evaluated_at\n"
+    "    AND a.last_evaluated_at > %(now)s - %(refresh)s\n"
+    "    AND (a.state = 'firing'\n"
+    "      OR a.active_since + r.for_s * interval '1 second' - %(slack)s > %(now)s)")
 
 
 def _alert_row(row: tuple) -> AlertRow:
@@ -209,18 +225,33 @@ def bulk_update_state(alerts: list[AlertRow]) -> None:
     per field with a branch per row, which PostgreSQL evaluates in O(rows²)."""
     if not alerts:
         return
-    cols = ", ".join(f"{f} = u.{f}" for f in _STATE_FIELDS)
-    arrays = ", ".join(f"%s::{t}[]" for t in ["int8", *_STATE_FIELDS.values()])
-    names = ", ".join(["id", *_STATE_FIELDS])
-    params = [array_literal(a.id for a in alerts),
-              *(array_literal(getattr(a, f) for a in alerts) for f in _STATE_FIELDS)]
+    params = {"id": array_literal(a.id for a in alerts),
+              **{f: array_literal(getattr(a, f) for a in alerts) for f in _STATE_FIELDS}}
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {Alert._meta.db_table} a SET {cols} "
-                       f"FROM unnest({arrays}) AS u({names}) WHERE a.id = u.id", params)
+        cursor.execute(UPDATE_STATE_SQL, params)
+
+
+def _unnest(types: dict[str, str]) -> str:
+    """unnest() of one array parameter per column, named after it (%(col)s::type[])."""
+    return ",\n  ".join(f"%({name})s::{t}[]" for name, t in types.items())
+
+
+UPDATE_STATE_SQL = (
+    f"UPDATE {Alert._meta.db_table} a\n"
+    f"SET {', '.join(f'{f} = u.{f}' for f in _STATE_FIELDS)}\n"
+    f"FROM unnest(\n  {_unnest({'id': 'int8', **_STATE_FIELDS})})\n"
+    f"  AS u({', '.join(['id', *_STATE_FIELDS])})\n"
+    "WHERE a.id = u.id")
 
 
 _NEW_FIELDS = {"rule_id": "int8", "target": "text", "host_id": "int4", "engine_id": "int4",
                "gpu_id": "int4", "labels": "jsonb", "fingerprint": "text", **_STATE_FIELDS}
+
+
+INSERT_NEW_SQL = (
+    f"INSERT INTO {Alert._meta.db_table} ({', '.join(_NEW_FIELDS)})\n"
+    f"SELECT * FROM unnest(\n  {_unnest(_NEW_FIELDS)})\n"
+    "RETURNING id, rule_id, target")
 
 
 def insert_new(alerts: list[Alert]) -> None:
@@ -229,16 +260,21 @@ def insert_new(alerts: list[Alert]) -> None:
     creates tens of thousands)."""
     if not alerts:
         return
-    names = ", ".join(_NEW_FIELDS)
-    arrays = ", ".join(f"%s::{t}[]" for t in _NEW_FIELDS.values())
-    params = [array_literal(json.dumps(a.labels) if f == "labels" else getattr(a, f)
-                            for a in alerts) for f in _NEW_FIELDS]
+    params = {f: array_literal(json.dumps(a.labels) if f == "labels" else getattr(a, f)
+                               for a in alerts) for f in _NEW_FIELDS}
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {Alert._meta.db_table} ({names}) SELECT * FROM "
-                       f"unnest({arrays}) RETURNING id, rule_id, target", params)
+        cursor.execute(INSERT_NEW_SQL, params)
         ids = {(rule_id, target): id_ for id_, rule_id, target in cursor.fetchall()}
     for alert in alerts:
         alert.id = ids[(alert.rule_id, alert.target)]
+
+
+INSERT_EVENTS_SQL = (
+    f"INSERT INTO {AlertEvent._meta.db_table} (alert_id, at, from_state, to_state, value, note)\n"
+    "SELECT u.alert_id, %(at)s, u.from_state, u.to_state, u.value, ''\n"
+    "FROM unnest(%(alert_id)s::int8[], %(from_state)s::text[], %(to_state)s::text[], "
+    "%(value)s::float8[])\n"
+    "  AS u(alert_id, from_state, to_state, value)")
 
 
 def insert_events(events: list[tuple[AlertRow, tuple[str, str]]], now: datetime) -> None:
@@ -246,13 +282,11 @@ def insert_events(events: list[tuple[AlertRow, tuple[str, str]]], now: datetime)
     if not events:
         return
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {AlertEvent._meta.db_table} (alert_id, at, from_state, to_state, "
-            f"value, note) SELECT u.id, %s, u.f, u.t, u.v, '' "
-            f"FROM unnest(%s::int8[], %s::text[], %s::text[], %s::float8[]) AS u(id, f, t, v)",
-            [now, array_literal(a.id for a, _ in events),
-             array_literal(m[0] for _, m in events), array_literal(m[1] for _, m in events),
-             array_literal(a.value for a, _ in events)])
+        cursor.execute(INSERT_EVENTS_SQL, {
+            "at": now, "alert_id": array_literal(a.id for a, _ in events),
+            "from_state": array_literal(m[0] for _, m in events),
+            "to_state": array_literal(m[1] for _, m in events),
+            "value": array_literal(a.value for a, _ in events)})
 
 
 def _new_alert(rule: AlertRule, hit: Hit, names: FleetNames) -> Alert:

@@ -60,7 +60,7 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
     windows.ensure_partitions(parts)
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": LOCK_KEY})
             if not cursor.fetchone()[0]:
                 return CycleResult(skipped=True)
         rules = claim_rules(now, rule_ids)

@@ -111,8 +111,8 @@ def _from_evaluator(rule: AlertRule, now: datetime) -> tuple[Hits, datetime] | N
     parts = shards(settings.PITWALL["ALERT_EVAL_LANES"])
     fresh = now - timedelta(seconds=2 * settings.PITWALL["ALERT_EVAL_INTERVAL_S"])
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE} WHERE entity = ANY(%s)",
-                       [[shard.mark(entity) for entity in needs for shard in parts]])
+        cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE} WHERE entity = ANY(%(marks)s)",
+                       {"marks": [shard.mark(entity) for entity in needs for shard in parts]})
         marks = {key: (lo, hi) for key, lo, hi in cursor.fetchall()}
     instants: dict[Shard, datetime] = {}
     for shard in parts:

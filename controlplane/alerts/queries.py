@@ -77,9 +77,12 @@ class Hit:
 
 
 Hits = dict[int, list[Hit]]  # rule id -> targets whose condition holds
+# A statement and its named parameters: every statement the evaluator builds uses %(name)s
+# placeholders, and tests/alerts/snapshots/ holds what each builder produces.
+Statement = tuple[str, dict[str, object]]
 
 
-def fetch(sql: str, params: list) -> list[tuple]:
+def fetch(sql: str, params: dict[str, object]) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -96,7 +99,7 @@ def threshold_hits(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) 
             by_entity[metric.entity].append((rule, metric))
     hits: Hits = defaultdict(list)
     for entity, group in by_entity.items():
-        for i, *row in fetch(*_entity_query(entity, group, now, shard)):
+        for i, *row in fetch(*entity_query(entity, group, now, shard)):
             hits[group[i - 1][0].id].append(Hit(*row))
     if quantiles:
         with connection.cursor() as cursor:
@@ -107,23 +110,36 @@ def threshold_hits(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE) 
     return hits
 
 
-def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]], now: datetime,
-                  shard: Shard = WHOLE) -> tuple[str, list]:
+def _starts(now: datetime, rules) -> dict[datetime, str]:
+    """The first slice of each window these rules read, and its parameter's name: ``start_<w>s``
+    after the shortest window ``w`` starting there (windows are rounded out to whole slices, so
+    60 s and 65 s may share one)."""
+    names: dict[datetime, str] = {}
+    for window_s in sorted({rule.window_s for rule in rules}):
+        names.setdefault(window_start(now, window_s), f"start_{window_s}s")
+    return names
+
+
+def entity_query(entity: str, group: list[tuple[AlertRule, Metric]], now: datetime,
+                 shard: Shard = WHOLE) -> Statement:
     """One query for every rule of the entity: per target, the aggregates of every window
     (``_windows``), the slices ``last`` and ``rate`` read (by primary key), each rule's value,
-    and the positions (1-based, in ``group``) of the rules whose condition holds."""
+    and the positions (1-based, in ``group``) of the rules whose condition holds. Parameters:
+    each window's first slice (``start_<w>s``), each rule's threshold (``threshold_<i>``)."""
     shape, table = _TARGETS[entity], SLICES[entity].name
+    starts = _starts(now, [rule for rule, _ in group])
+    params: dict[str, object] = {name: at for at, name in starts.items()}
     aggregates = [(rule, m) for rule, m in group if rule.aggregation not in POINTS]
-    value_of_rule, windows_sql = _windows(entity, aggregates, now, shard)
+    value_of_rule, windows_sql = _windows(entity, aggregates, now, shard, starts)
     # one primary-key lookup per target and slice read: the newest slice (l), and the oldest
-    # slice of each window a `last` or `rate` reads (f<start>)
+    # slice of each window a `last` or `rate` reads (f<n>)
     on = " AND ".join([shard.slices("x"), *(f"x.{k} = t.{k}" for k in shape.keys)])
     fetches = [f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {on} ORDER BY x.ts DESC "
                f"LIMIT 1) l ON true"] if len(aggregates) < len(group) else []
     firsts: dict[str, str] = {}
     for rule, metric in group:
         if rule.aggregation in POINTS:
-            lo = _literal(window_start(now, rule.window_s))
+            lo = f"%({starts[window_start(now, rule.window_s)]})s"
             if lo not in firsts:
                 firsts[lo] = f"f{len(firsts)}"
                 fetches.append(f"LEFT JOIN LATERAL (SELECT * FROM {table} x WHERE {on} "
@@ -134,20 +150,21 @@ def _entity_query(entity: str, group: list[tuple[AlertRule, Metric]], now: datet
     # Every rule's value of a target computed once (a lateral row), the positions of the rules
     # whose condition holds gathered in an array, and only those unnested.
     n = len(group)
-    values = ", ".join(f"({value_of_rule[r.id]})::float8 AS v{i}"
-                       for i, (r, _) in enumerate(group, start=1))
-    checks = ", ".join(f"CASE WHEN x.v{i} {SQL_OP[r.op]} %s::float8 THEN {i} END"
-                       for i, (r, _) in enumerate(group, start=1))
+    values = ",\n".join(f"    ({value_of_rule[r.id]})::float8 AS v{i}"
+                        for i, (r, _) in enumerate(group, start=1))
+    checks = ",\n".join(f"    CASE WHEN x.v{i} {SQL_OP[r.op]} %(threshold_{i})s::float8 "
+                        f"THEN {i} END" for i, (r, _) in enumerate(group, start=1))
+    params.update({f"threshold_{i}": r.threshold for i, (r, _) in enumerate(group, start=1)})
     value_of_hit = f"(ARRAY[{', '.join(f'x.v{i}' for i in range(1, n + 1))}])[r.i]"
-    sources = _target_rows(entity, group, now, shard)
+    sources = [f"FROM {_target_rows(entity, group, now, shard, starts)}"]
     if windows_sql:
-        sources += f" LEFT JOIN a ON {' AND '.join(f'a.{k} = t.{k}' for k in shape.keys)}"
-        windows_sql = f"WITH {windows_sql} "
-    sql = (f"{windows_sql}SELECT r.i, {shape.cols}, {value_of_hit} FROM {sources} "
-           f"{' '.join(fetches)} "
-           f"CROSS JOIN LATERAL (SELECT {values} OFFSET 0) x "  # computed once per target
-           f"CROSS JOIN LATERAL unnest(array_remove(ARRAY[{checks}], NULL)) AS r(i)")
-    return sql, [rule.threshold for rule, _ in group]
+        sources.append(f"LEFT JOIN a ON {' AND '.join(f'a.{k} = t.{k}' for k in shape.keys)}")
+        windows_sql = f"WITH {windows_sql}\n"
+    lines = [f"{windows_sql}SELECT r.i, {shape.cols}, {value_of_hit}", *sources, *fetches,
+             # computed once per target
+             f"CROSS JOIN LATERAL (SELECT\n{values}\n  OFFSET 0) x",
+             f"CROSS JOIN LATERAL unnest(array_remove(ARRAY[\n{checks}], NULL)) AS r(i)"]
+    return "\n".join(lines), params
 
 
 def _at_or_after(keys: tuple[str, ...], shard: Shard, lo: str) -> str:
@@ -162,14 +179,14 @@ def _at_or_after(keys: tuple[str, ...], shard: Shard, lo: str) -> str:
 
 
 def _windows(entity: str, aggregates: list[tuple[AlertRule, Metric]], now: datetime,
-             shard: Shard) -> tuple[dict[int, str], str]:
+             shard: Shard, starts: dict[datetime, str]) -> tuple[dict[int, str], str]:
     """The CTEs ``b`` (slices folded into bands) and ``a`` (bands into each window, a row per
     target), and each rule's value as a column of ``a`` (``windows.sql`` says why bands)."""
     if not aggregates:
         return {}, ""
     # The windows' starts, newest first: band i holds the slices from start i to start i - 1.
-    starts = sorted({window_start(now, rule.window_s) for rule, _ in aggregates}, reverse=True)
-    band_of = {lo: i for i, lo in enumerate(starts)}
+    bands = sorted({window_start(now, rule.window_s) for rule, _ in aggregates}, reverse=True)
+    band_of = {lo: i for i, lo in enumerate(bands)}
     parts: dict[str, str] = {}  # level-1 alias -> SQL over s, per band
     aggs: dict[str, str] = {}  # level-2 SQL over b -> alias in a, per target
     value_of_rule: dict[int, str] = {}
@@ -181,42 +198,52 @@ def _windows(entity: str, aggregates: list[tuple[AlertRule, Metric]], now: datet
         value_of_rule[rule.id] = f"a.{aggs.setdefault(sql, f'v{len(aggs)}')}"
     shape, table = _TARGETS[entity], SLICES[entity].name
     keys = ", ".join(shape.keys)
-    band = " ".join(f"WHEN s.ts >= {_literal(lo)} THEN {i}" for i, lo in enumerate(starts))
-    level1 = ", ".join(f"{sql} AS {alias}" for alias, sql in parts.items())
-    level2 = ", ".join(f"({sql})::float8 AS {alias}" for sql, alias in aggs.items())
+    band = " ".join(f"WHEN s.ts >= %({starts[lo]})s THEN {i}" for i, lo in enumerate(bands))
+    level1 = "".join(f",\n    {sql} AS {alias}" for alias, sql in parts.items())
+    level2 = "".join(f",\n    ({sql})::float8 AS {alias}" for sql, alias in aggs.items())
     return value_of_rule, (
-        f"b AS (SELECT {keys}, CASE {band} END AS band, {level1} FROM {table} s "
-        f"WHERE s.ts >= {_literal(starts[-1])} AND {shard.slices('s')} "
-        f"GROUP BY {keys}, band), "
-        f"a AS (SELECT {keys}, {level2} FROM b GROUP BY {keys})")
+        f"b AS (\n"
+        f"  SELECT {keys}, CASE {band} END AS band{level1}\n"
+        f"  FROM {table} s\n"
+        f"  WHERE s.ts >= %({starts[bands[-1]]})s AND {shard.slices('s')}\n"
+        f"  GROUP BY {keys}, band),\n"
+        f"a AS (\n"
+        f"  SELECT {keys}{level2}\n"
+        f"  FROM b\n"
+        f"  GROUP BY {keys})")
 
 
 def _target_rows(entity: str, group: list[tuple[AlertRule, Metric]], now: datetime,
-                 shard: Shard) -> str:
+                 shard: Shard, starts: dict[datetime, str]) -> str:
     shape, table = _TARGETS[entity], SLICES[entity].name
     if shape.rows is not None:
         return f"(SELECT * FROM ({shape.rows}) r WHERE {shard.hosts('r.host_id')}) t"
     keys = ", ".join(shape.keys)
-    lo = _literal(window_start(now, max(rule.window_s for rule, _ in group)))
+    lo = starts[window_start(now, max(rule.window_s for rule, _ in group))]
     return (f"(SELECT {keys}, max(engine_id) AS engine_id FROM {table} s "
-            f"WHERE ts >= {lo} AND {shard.slices('s')} GROUP BY {keys}) t")
+            f"WHERE ts >= %({lo})s AND {shard.slices('s')} GROUP BY {keys}) t")
 
 
-def _literal(at: datetime) -> str:
-    return f"TIMESTAMPTZ '{at.isoformat()}'"
+def quantile_query(group: list[AlertRule], now: datetime, shard: Shard,
+                   buckets: int) -> Statement:
+    """The bucket counts of a histogram metric summed per (engine, layout) over the window
+    (``%(since)s`` on) of these rules, which share the metric and the window."""
+    metric = rule_metric(group[0])
+    layout, counts = f"{metric.key}_layout", f"{metric.key}_counts"
+    return (
+        f"SELECT t.engine_id, e.host_id, t.{layout},\n"
+        f"  {bucket_sums(f't.{counts}', buckets)}\n"
+        f"FROM {SLICES[metric.entity].name} t\n"
+        f"JOIN fleet_engine e ON e.id = t.engine_id\n"
+        f"WHERE t.ts >= %(since)s AND t.{counts} IS NOT NULL AND {shard.slices('t')}\n"
+        f"GROUP BY 1, 2, 3",
+        {"since": window_start(now, group[0].window_s)})
 
 
 def _quantile_hits(group: list[AlertRule], now: datetime, shard: Shard, buckets: int) -> Hits:
     """Bucket counts summed per (engine, layout) over the window in SQL; the quantile of each
     engine from the layout holding most observations (a layout change inside the window)."""
-    metric = rule_metric(group[0])
-    layout, counts = f"{metric.key}_layout", f"{metric.key}_counts"
-    rows = fetch(
-        f"SELECT t.engine_id, e.host_id, t.{layout}, {bucket_sums(f't.{counts}', buckets)} "
-        f"FROM {SLICES[metric.entity].name} t JOIN fleet_engine e ON e.id = t.engine_id "
-        f"WHERE t.ts >= %s AND t.{counts} IS NOT NULL AND {shard.slices('t')} "
-        f"GROUP BY 1, 2, 3",
-        [window_start(now, group[0].window_s)])
+    rows = fetch(*quantile_query(group, now, shard, buckets))
     best: dict[int, tuple[int, int, list[int]]] = {}
     for engine_id, host_id, lay, totals in rows:
         counts_ = [int(c or 0) for c in totals]

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.db import connection, transaction
 
-from controlplane.alerts.queries import _entity_query
+from controlplane.alerts.queries import entity_query
 from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.shards import WHOLE
 from controlplane.alerts.windows import ensure_partitions
@@ -48,7 +48,7 @@ def test_the_first_slice_of_a_window_is_read_by_primary_key(empty_samples):
         cursor.execute(f"ANALYZE {SLICES['gpu'].name}")
     _append_slices(SLICES_SINCE, SLICES_SINCE)
     r = rule(metric="gpu.temp_c", aggregation="rate", window_s=30, op=">", threshold=1)
-    sql, params = _entity_query("gpu", [(r, rule_metric(r))], T0, WHOLE)
+    sql, params = entity_query("gpu", [(r, rule_metric(r))], T0, WHOLE)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_memoize = off")  # as the cycle runs it
         cursor.execute("EXPLAIN " + sql, params)

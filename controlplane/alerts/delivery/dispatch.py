@@ -77,7 +77,7 @@ def dispatch(now: datetime | None = None) -> list[int]:
     now = now or timezone.now()
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [DISPATCH_LOCK])
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": DISPATCH_LOCK})
             if not cursor.fetchone()[0]:
                 return []
         plans, default = load_plans()

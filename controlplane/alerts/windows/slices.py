@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from agents.protocol import Entity, Metric
 from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.alerts.windows.schema import (
+    SCALAR_PARTS,
     SLICE_S,
     SLICES,
     STATE_TABLE,
@@ -77,7 +78,7 @@ def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE,
                 # A longer window appeared: only the span before the slices there is added.
                 back = min(mark[0], start) if mark[0] > lo else lo
             cursor.execute(f"DELETE FROM {table.name} WHERE shard = {shard.code} "
-                           f"AND (ts >= %s OR ts < %s)", [start, lo])
+                           f"AND (ts >= %(start)s OR ts < %(lo)s)", {"start": start, "lo": lo})
             with _robust_plan(cursor):
                 if back > lo:
                     cursor.execute(build_sql(table, shard, buckets), {"lo": lo, "hi": back})
@@ -85,9 +86,9 @@ def refresh(now: datetime, needs: dict[Entity, int], shard: Shard = WHOLE,
             if start == lo or back > lo:  # the planner needs to know the table's new size
                 cursor.execute(f"ANALYZE {table.name}")
             cursor.execute(
-                f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%s, %s, %s) "
+                f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%(key)s, %(lo)s, %(hi)s) "
                 f"ON CONFLICT (entity) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi",
-                [key, lo, now])
+                {"key": key, "lo": lo, "hi": now})
 
 
 @contextmanager
@@ -117,8 +118,8 @@ def ensure_partitions(shards: list[Shard]) -> None:
     wanted = {partition_name(table, shard.code): (table, shard)
               for table in SLICES.values() for shard in shards}
     with connection.cursor() as cursor:
-        cursor.execute("SELECT n FROM unnest(%s::text[]) n WHERE to_regclass(n) IS NULL",
-                       [list(wanted)])
+        cursor.execute("SELECT n FROM unnest(%(names)s::text[]) n WHERE to_regclass(n) IS NULL",
+                       {"names": list(wanted)})
         missing = [wanted[name] for (name,) in cursor.fetchall()]
     if not missing:
         return
@@ -128,12 +129,14 @@ def ensure_partitions(shards: list[Shard]) -> None:
             cursor.execute(partition_sql(table, shard.code))
         cursor.execute(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = ANY(%s::regclass[])", [[t.name for t in SLICES.values()]])
+            "WHERE i.inhparent = ANY(%(tables)s::regclass[])",
+            {"tables": [t.name for t in SLICES.values()]})
         for (name,) in cursor.fetchall():
             if name not in wanted:
                 cursor.execute(f"DROP TABLE {name}")
         marks = [shard.mark(entity) for entity in SLICES for shard in shards]
-        cursor.execute(f"DELETE FROM {STATE_TABLE} WHERE entity <> ALL(%s::text[])", [marks])
+        cursor.execute(f"DELETE FROM {STATE_TABLE} WHERE entity <> ALL(%(marks)s::text[])",
+                       {"marks": marks})
 
 
 def isolated() -> None:
@@ -164,7 +167,7 @@ def _read(table: SliceTable) -> str:
     names = [*table.keys, "ts", *(("engine_id",) if table.entity == "proc" else ()),
              *(c.name for c in table.scalars),
              *(c.name for c in table.raw.columns if c.part and c.metric in table.histograms)]
-    return ", ".join(f"t.{n}" for n in dict.fromkeys(names))
+    return _lines([f"t.{n}" for n in dict.fromkeys(names)], 4)
 
 
 def build_sql(table: SliceTable, shard: Shard = WHOLE, buckets: int = 1) -> str:
@@ -172,47 +175,60 @@ def build_sql(table: SliceTable, shard: Shard = WHOLE, buckets: int = 1) -> str:
     statement per entity. ``buckets``: the most buckets a histogram layout has."""
     raw, keys = table.raw.name, table.keys
     key_list = ", ".join(f"t.{k}" for k in keys)
-    scope = (f"FROM {raw} t WHERE t.ts > %(lo)s AND t.ts <= %(hi)s "
-             f"AND {shard.rows(table.entity, 't')}")
+    where = f"WHERE t.ts > %(lo)s AND t.ts <= %(hi)s AND {shard.rows(table.entity, 't')}"
     group = ", ".join(str(i) for i in range(1, len(keys) + 2))
-    aggs = ["count(*)::int4 AS n", "min(t.ts) AS t0", "max(t.ts) AS t1"]
+    # one line per metric in the column lists (the statement's layout: tests/alerts/snapshots/)
+    aggs = ["count(*)::int4 AS n, min(t.ts) AS t0, max(t.ts) AS t1"]
     for c in table.scalars:
-        aggs += [f"count(t.{c.name})::int4 AS {c.name}_n",
-                 f"sum(t.{c.name})::float8 AS {c.name}_sum",
-                 f"min(t.{c.name})::float8 AS {c.name}_min",
-                 f"max(t.{c.name})::float8 AS {c.name}_max"]
+        aggs.append(f"count(t.{c.name})::int4 AS {c.name}_n, "
+                    f"sum(t.{c.name})::float8 AS {c.name}_sum, "
+                    f"min(t.{c.name})::float8 AS {c.name}_min, "
+                    f"max(t.{c.name})::float8 AS {c.name}_max")
     head = f"{key_list}, {_bin()} AS s"
-    grouped = f"SELECT {head}, {', '.join(aggs)} {scope} GROUP BY {group}"
     on = lambda a: " AND ".join(f"{a}.{k} = g.{k}" for k in keys)  # noqa: E731
-    cols = [*(f"g.{k}" for k in keys), "g.s", "g.n", "g.t0", "g.t1"]
-    names = [*keys, "ts", "n", "t0", "t1"]
-    if table.entity == "proc":
-        cols.append("l.engine_id")
-        names.append("engine_id")
+    cols = [", ".join([*(f"g.{k}" for k in keys), "g.s", "g.n", "g.t0", "g.t1",
+                       *(("l.engine_id",) if table.entity == "proc" else ())])]
+    names = [", ".join([*keys, "ts", "n", "t0", "t1",
+                        *(("engine_id",) if table.entity == "proc" else ())])]
     for c in table.scalars:
-        cols += [f"g.{c.name}_{p}" for p in ("n", "sum", "min", "max")]
-        cols += [_present(table, c.name, "f", "ASC"), _present(table, c.name, "l", "DESC")]
-        names += [f"{c.name}_{p}" for p in ("n", "sum", "min", "max", "first", "last")]
+        cols += [", ".join(f"g.{c.name}_{p}" for p in ("n", "sum", "min", "max")),
+                 _present(table, c.name, "f", "ASC"), _present(table, c.name, "l", "DESC")]
+        names.append(", ".join(f"{c.name}_{p}" for p in SCALAR_PARTS))
     joins = []
     for i, c in enumerate(table.bitmasks):
         joins.append(f"LEFT JOIN LATERAL ({_distinct_values(table, c.name)}) b{i} ON true")
         one = f"g.{c.name}_min = g.{c.name}_max"
         cols += [f"CASE WHEN {one} THEN ARRAY[g.{c.name}_min::int8] ELSE b{i}.vals END",
                  f"CASE WHEN {one} THEN ARRAY[g.{c.name}_n] ELSE b{i}.cnts END"]
-        names += [f"{c.name}_vals", f"{c.name}_cnts"]
+        names.append(f"{c.name}_vals, {c.name}_cnts")
     for i, m in enumerate(table.histograms):
         joins.append(f"LEFT JOIN ({_histogram(table, m.key, head, group, buckets)}) h{i} "
                      f"ON {_same(keys, f'h{i}')}")
         cols += [f"h{i}.lay", f"h{i}.counts"]
-        names += [f"{m.key}_layout", f"{m.key}_counts"]
-    # The slice's first and last rows joined back from the rows read once (a hash join, not a
-    # primary-key lookup per slice: those were a quarter of the fold).
-    return (f"INSERT INTO {table.name} (shard, {', '.join(names)}) "
-            f"WITH r AS MATERIALIZED (SELECT {_read(table)} {scope}), "
-            f"g AS ({grouped.replace(scope, 'FROM r t')}) "
-            f"SELECT {shard.code}, {', '.join(cols)} FROM g "
-            f"JOIN r f ON {on('f')} AND f.ts = g.t0 JOIN r l ON {on('l')} AND l.ts = g.t1 "
-            f"{' '.join(joins)}")
+        names.append(f"{m.key}_layout, {m.key}_counts")
+    # The rows read once (r); the slices grouped from them (g); the slice's first and last rows
+    # joined back from r (a hash join, not a primary-key lookup per slice: those were a quarter
+    # of the fold).
+    return "\n".join([
+        f"INSERT INTO {table.name} (shard,\n  {_lines(names)})",
+        "WITH r AS MATERIALIZED (",
+        f"  SELECT\n    {_read(table)}",
+        f"  FROM {raw} t",
+        f"  {where}),",
+        "g AS (",
+        f"  SELECT {head},\n    {_lines(aggs, 4)}",
+        "  FROM r t",
+        f"  GROUP BY {group})",
+        f"SELECT {shard.code},\n  {_lines(cols)}",
+        "FROM g",
+        f"JOIN r f ON {on('f')} AND f.ts = g.t0",
+        f"JOIN r l ON {on('l')} AND l.ts = g.t1",
+        *joins])
+
+
+def _lines(items: list[str], indent: int = 2) -> str:
+    """A list, one item a line."""
+    return f",\n{' ' * indent}".join(items)
 
 
 def _present(table: SliceTable, col: str, row: str, order: str) -> str:

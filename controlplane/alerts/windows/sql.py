@@ -18,18 +18,19 @@ from __future__ import annotations
 from controlplane.alerts.models import Aggregation
 from controlplane.telemetry.models import HistogramLayout
 
-IN_WINDOW = "s.ts >= %s"
+# The window's first slice: statements that use ``newest`` or ``average`` bind ``since``.
+IN_WINDOW = "s.ts >= %(since)s"
 POINTS = (Aggregation.LAST, Aggregation.RATE)
 
 
 def newest(col: str) -> str:
-    """[epoch, value] of the last row, in the window, that has the metric."""
+    """[epoch, value] of the last row, in the window (``%(since)s`` on), that has the metric."""
     return (f"(max(ARRAY[extract(epoch FROM s.t1), s.{col}_last]) "
             f"FILTER (WHERE {IN_WINDOW} AND s.{col}_last IS NOT NULL))")
 
 
 def average(col: str) -> str:
-    """Two placeholders."""
+    """The average over the window (``%(since)s`` on) from the slices' sums and counts."""
     return (f"(sum(s.{col}_sum) FILTER (WHERE {IN_WINDOW}) "
             f"/ NULLIF(sum(s.{col}_n) FILTER (WHERE {IN_WINDOW}), 0))")
 
