@@ -1,0 +1,23 @@
+-- apply.INSERT_NEW_SQL: the new alerts, one INSERT
+-- binds: ack_comment, acknowledged_at, acknowledged_by, active_since, engine_id, fingerprint, gpu_id, host_id, labels, last_evaluated_at, last_true_at, resolved_at, rule_id, started_at, state, summary, target, value (given where it runs)
+INSERT INTO alerts_alert (rule_id, target, host_id, engine_id, gpu_id, labels, fingerprint, state, value, summary, active_since, started_at, resolved_at, last_true_at, last_evaluated_at, acknowledged_at, acknowledged_by, ack_comment)
+SELECT * FROM unnest(
+  %(rule_id)s::int8[],
+  %(target)s::text[],
+  %(host_id)s::int4[],
+  %(engine_id)s::int4[],
+  %(gpu_id)s::int4[],
+  %(labels)s::jsonb[],
+  %(fingerprint)s::text[],
+  %(state)s::text[],
+  %(value)s::float8[],
+  %(summary)s::text[],
+  %(active_since)s::timestamptz[],
+  %(started_at)s::timestamptz[],
+  %(resolved_at)s::timestamptz[],
+  %(last_true_at)s::timestamptz[],
+  %(last_evaluated_at)s::timestamptz[],
+  %(acknowledged_at)s::timestamptz[],
+  %(acknowledged_by)s::text[],
+  %(ack_comment)s::text[])
+RETURNING id, rule_id, target

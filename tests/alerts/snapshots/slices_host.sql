@@ -1,0 +1,80 @@
+-- windows.slices.build_sql: the host slices
+-- binds: hi, lo (given where it runs)
+INSERT INTO alerts_slice_host (shard,
+  host_id, ts, n, t0, t1,
+  cpu_pct_n, cpu_pct_sum, cpu_pct_min, cpu_pct_max, cpu_pct_first, cpu_pct_last,
+  load1_n, load1_sum, load1_min, load1_max, load1_first, load1_last,
+  mem_used_bytes_n, mem_used_bytes_sum, mem_used_bytes_min, mem_used_bytes_max, mem_used_bytes_first, mem_used_bytes_last,
+  mem_total_bytes_n, mem_total_bytes_sum, mem_total_bytes_min, mem_total_bytes_max, mem_total_bytes_first, mem_total_bytes_last,
+  swap_used_bytes_n, swap_used_bytes_sum, swap_used_bytes_min, swap_used_bytes_max, swap_used_bytes_first, swap_used_bytes_last,
+  cpu_throttled_pct_n, cpu_throttled_pct_sum, cpu_throttled_pct_min, cpu_throttled_pct_max, cpu_throttled_pct_first, cpu_throttled_pct_last,
+  net_rx_bps_n, net_rx_bps_sum, net_rx_bps_min, net_rx_bps_max, net_rx_bps_first, net_rx_bps_last,
+  net_tx_bps_n, net_tx_bps_sum, net_tx_bps_min, net_tx_bps_max, net_tx_bps_first, net_tx_bps_last,
+  disk_read_bps_n, disk_read_bps_sum, disk_read_bps_min, disk_read_bps_max, disk_read_bps_first, disk_read_bps_last,
+  disk_write_bps_n, disk_write_bps_sum, disk_write_bps_min, disk_write_bps_max, disk_write_bps_first, disk_write_bps_last)
+WITH r AS MATERIALIZED (
+  SELECT
+    t.host_id,
+    t.ts,
+    t.cpu_pct,
+    t.load1,
+    t.mem_used_bytes,
+    t.mem_total_bytes,
+    t.swap_used_bytes,
+    t.cpu_throttled_pct,
+    t.net_rx_bps,
+    t.net_tx_bps,
+    t.disk_read_bps,
+    t.disk_write_bps
+  FROM telemetry_host_sample t
+  WHERE t.ts > %(lo)s AND t.ts <= %(hi)s AND true),
+g AS (
+  SELECT t.host_id, date_bin(interval '10 seconds', t.ts - interval '1 microsecond', TIMESTAMPTZ '2000-01-01 00:00:00+00') AS s,
+    count(*)::int4 AS n, min(t.ts) AS t0, max(t.ts) AS t1,
+    count(t.cpu_pct)::int4 AS cpu_pct_n, sum(t.cpu_pct)::float8 AS cpu_pct_sum, min(t.cpu_pct)::float8 AS cpu_pct_min, max(t.cpu_pct)::float8 AS cpu_pct_max,
+    count(t.load1)::int4 AS load1_n, sum(t.load1)::float8 AS load1_sum, min(t.load1)::float8 AS load1_min, max(t.load1)::float8 AS load1_max,
+    count(t.mem_used_bytes)::int4 AS mem_used_bytes_n, sum(t.mem_used_bytes)::float8 AS mem_used_bytes_sum, min(t.mem_used_bytes)::float8 AS mem_used_bytes_min, max(t.mem_used_bytes)::float8 AS mem_used_bytes_max,
+    count(t.mem_total_bytes)::int4 AS mem_total_bytes_n, sum(t.mem_total_bytes)::float8 AS mem_total_bytes_sum, min(t.mem_total_bytes)::float8 AS mem_total_bytes_min, max(t.mem_total_bytes)::float8 AS mem_total_bytes_max,
+    count(t.swap_used_bytes)::int4 AS swap_used_bytes_n, sum(t.swap_used_bytes)::float8 AS swap_used_bytes_sum, min(t.swap_used_bytes)::float8 AS swap_used_bytes_min, max(t.swap_used_bytes)::float8 AS swap_used_bytes_max,
+    count(t.cpu_throttled_pct)::int4 AS cpu_throttled_pct_n, sum(t.cpu_throttled_pct)::float8 AS cpu_throttled_pct_sum, min(t.cpu_throttled_pct)::float8 AS cpu_throttled_pct_min, max(t.cpu_throttled_pct)::float8 AS cpu_throttled_pct_max,
+    count(t.net_rx_bps)::int4 AS net_rx_bps_n, sum(t.net_rx_bps)::float8 AS net_rx_bps_sum, min(t.net_rx_bps)::float8 AS net_rx_bps_min, max(t.net_rx_bps)::float8 AS net_rx_bps_max,
+    count(t.net_tx_bps)::int4 AS net_tx_bps_n, sum(t.net_tx_bps)::float8 AS net_tx_bps_sum, min(t.net_tx_bps)::float8 AS net_tx_bps_min, max(t.net_tx_bps)::float8 AS net_tx_bps_max,
+    count(t.disk_read_bps)::int4 AS disk_read_bps_n, sum(t.disk_read_bps)::float8 AS disk_read_bps_sum, min(t.disk_read_bps)::float8 AS disk_read_bps_min, max(t.disk_read_bps)::float8 AS disk_read_bps_max,
+    count(t.disk_write_bps)::int4 AS disk_write_bps_n, sum(t.disk_write_bps)::float8 AS disk_write_bps_sum, min(t.disk_write_bps)::float8 AS disk_write_bps_min, max(t.disk_write_bps)::float8 AS disk_write_bps_max
+  FROM r t
+  GROUP BY 1, 2)
+SELECT 1000,
+  g.host_id, g.s, g.n, g.t0, g.t1,
+  g.cpu_pct_n, g.cpu_pct_sum, g.cpu_pct_min, g.cpu_pct_max,
+  (CASE WHEN f.cpu_pct IS NOT NULL THEN f.cpu_pct WHEN g.cpu_pct_n > 0 THEN (SELECT p.cpu_pct FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.cpu_pct IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.cpu_pct IS NOT NULL THEN l.cpu_pct WHEN g.cpu_pct_n > 0 THEN (SELECT p.cpu_pct FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.cpu_pct IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.load1_n, g.load1_sum, g.load1_min, g.load1_max,
+  (CASE WHEN f.load1 IS NOT NULL THEN f.load1 WHEN g.load1_n > 0 THEN (SELECT p.load1 FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.load1 IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.load1 IS NOT NULL THEN l.load1 WHEN g.load1_n > 0 THEN (SELECT p.load1 FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.load1 IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.mem_used_bytes_n, g.mem_used_bytes_sum, g.mem_used_bytes_min, g.mem_used_bytes_max,
+  (CASE WHEN f.mem_used_bytes IS NOT NULL THEN f.mem_used_bytes WHEN g.mem_used_bytes_n > 0 THEN (SELECT p.mem_used_bytes FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.mem_used_bytes IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.mem_used_bytes IS NOT NULL THEN l.mem_used_bytes WHEN g.mem_used_bytes_n > 0 THEN (SELECT p.mem_used_bytes FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.mem_used_bytes IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.mem_total_bytes_n, g.mem_total_bytes_sum, g.mem_total_bytes_min, g.mem_total_bytes_max,
+  (CASE WHEN f.mem_total_bytes IS NOT NULL THEN f.mem_total_bytes WHEN g.mem_total_bytes_n > 0 THEN (SELECT p.mem_total_bytes FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.mem_total_bytes IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.mem_total_bytes IS NOT NULL THEN l.mem_total_bytes WHEN g.mem_total_bytes_n > 0 THEN (SELECT p.mem_total_bytes FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.mem_total_bytes IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.swap_used_bytes_n, g.swap_used_bytes_sum, g.swap_used_bytes_min, g.swap_used_bytes_max,
+  (CASE WHEN f.swap_used_bytes IS NOT NULL THEN f.swap_used_bytes WHEN g.swap_used_bytes_n > 0 THEN (SELECT p.swap_used_bytes FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.swap_used_bytes IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.swap_used_bytes IS NOT NULL THEN l.swap_used_bytes WHEN g.swap_used_bytes_n > 0 THEN (SELECT p.swap_used_bytes FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.swap_used_bytes IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.cpu_throttled_pct_n, g.cpu_throttled_pct_sum, g.cpu_throttled_pct_min, g.cpu_throttled_pct_max,
+  (CASE WHEN f.cpu_throttled_pct IS NOT NULL THEN f.cpu_throttled_pct WHEN g.cpu_throttled_pct_n > 0 THEN (SELECT p.cpu_throttled_pct FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.cpu_throttled_pct IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.cpu_throttled_pct IS NOT NULL THEN l.cpu_throttled_pct WHEN g.cpu_throttled_pct_n > 0 THEN (SELECT p.cpu_throttled_pct FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.cpu_throttled_pct IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.net_rx_bps_n, g.net_rx_bps_sum, g.net_rx_bps_min, g.net_rx_bps_max,
+  (CASE WHEN f.net_rx_bps IS NOT NULL THEN f.net_rx_bps WHEN g.net_rx_bps_n > 0 THEN (SELECT p.net_rx_bps FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.net_rx_bps IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.net_rx_bps IS NOT NULL THEN l.net_rx_bps WHEN g.net_rx_bps_n > 0 THEN (SELECT p.net_rx_bps FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.net_rx_bps IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.net_tx_bps_n, g.net_tx_bps_sum, g.net_tx_bps_min, g.net_tx_bps_max,
+  (CASE WHEN f.net_tx_bps IS NOT NULL THEN f.net_tx_bps WHEN g.net_tx_bps_n > 0 THEN (SELECT p.net_tx_bps FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.net_tx_bps IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.net_tx_bps IS NOT NULL THEN l.net_tx_bps WHEN g.net_tx_bps_n > 0 THEN (SELECT p.net_tx_bps FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.net_tx_bps IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.disk_read_bps_n, g.disk_read_bps_sum, g.disk_read_bps_min, g.disk_read_bps_max,
+  (CASE WHEN f.disk_read_bps IS NOT NULL THEN f.disk_read_bps WHEN g.disk_read_bps_n > 0 THEN (SELECT p.disk_read_bps FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.disk_read_bps IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.disk_read_bps IS NOT NULL THEN l.disk_read_bps WHEN g.disk_read_bps_n > 0 THEN (SELECT p.disk_read_bps FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.disk_read_bps IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8,
+  g.disk_write_bps_n, g.disk_write_bps_sum, g.disk_write_bps_min, g.disk_write_bps_max,
+  (CASE WHEN f.disk_write_bps IS NOT NULL THEN f.disk_write_bps WHEN g.disk_write_bps_n > 0 THEN (SELECT p.disk_write_bps FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.disk_write_bps IS NOT NULL ORDER BY p.ts ASC LIMIT 1) END)::float8,
+  (CASE WHEN l.disk_write_bps IS NOT NULL THEN l.disk_write_bps WHEN g.disk_write_bps_n > 0 THEN (SELECT p.disk_write_bps FROM telemetry_host_sample p WHERE p.host_id = g.host_id AND p.ts > g.s AND p.ts <= g.t1 AND p.disk_write_bps IS NOT NULL ORDER BY p.ts DESC LIMIT 1) END)::float8
+FROM g
+JOIN r f ON f.host_id = g.host_id AND f.ts = g.t0
+JOIN r l ON l.host_id = g.host_id AND l.ts = g.t1
