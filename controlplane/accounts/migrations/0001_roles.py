@@ -9,10 +9,16 @@ from controlplane.accounts.roles import ADMIN, OPERATOR, sync_roles
 def create_roles(apps, schema_editor):
     using = schema_editor.connection.alias
     # Permissions are normally created after all migrations (post_migrate): make them now.
+    # create_permissions skips an app whose models_module is unset, as it is in a migration's
+    # registry; each is put back as found (with Django's own registry, None would stop every
+    # later post_migrate signal).
     for config in apps.get_app_configs():
-        config.models_module = True
-        create_permissions(config, apps=apps, verbosity=0, using=using)
-        config.models_module = None
+        found = getattr(config, "models_module", None)
+        config.models_module = found or True
+        try:
+            create_permissions(config, apps=apps, verbosity=0, using=using)
+        finally:
+            config.models_module = found
     sync_roles(apps, using)
     # Before roles, every active user read, acknowledged and silenced, and staff changed the
     # rest: each keeps that (superusers hold everything anyway).
