@@ -29,8 +29,10 @@ from agents.vllm_args_catalog import (
     CATALOG,
     DEFAULT_VERSION,
     KNOWN_VERSIONS,
+    LARGE_GPU_BYTES,
     LOADER_ENV,
     LOADER_ENV_PREFIXES,
+    SERVE_BATCH_DEFAULTS,
     ArgSpec,
     BoolStyle,
 )
@@ -38,7 +40,8 @@ from agents.vllm_args_catalog import (
 __all__ = [
     "CATALOG", "DEFAULT_VERSION", "KNOWN_VERSIONS", "NEWEST_VERSION", "UNRECOGNIZED",
     "ArgError", "ArgSpec", "argv_problems", "available", "code_loading_args", "from_argv",
-    "loader_env", "option_like", "parse_version", "to_argv", "validate", "version_note",
+    "loader_env", "option_like", "parse_version", "serve_default", "to_argv", "validate",
+    "version_note",
 ]
 
 NEWEST_VERSION = KNOWN_VERSIONS[-1]
@@ -61,6 +64,18 @@ _SUFFIXES = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
 class ArgError:
     arg: str
     message: str
+
+
+def serve_default(name: str, gpu_mem_bytes: int | None = None, gpu_name: str = "") -> Any:
+    """The value `vllm serve` uses for an argument it was not given, on a GPU of that memory
+    and name (the scheduler budget depends on them; unknown: vLLM's fallback, the smaller
+    budget). None where the catalog has no default (derived from the model, or unset)."""
+    smaller = SERVE_BATCH_DEFAULTS[False]
+    if name in smaller:
+        large = (gpu_mem_bytes or 0) >= LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
+        return SERVE_BATCH_DEFAULTS[large][name]
+    spec = CATALOG.get(name)
+    return spec.default if spec else None
 
 
 def parse_version(version: str) -> Version:

@@ -57,6 +57,10 @@ class ArgSpec:
     # Makes vLLM import or run code the config chooses (a bool: when true). Setting one needs
     # the control plane's fleet.deploy_code permission (docs/security.md).
     loads_code: bool = False
+    # vLLM's value when the argument is not given, where it depends on neither the model nor
+    # the hardware; None: unset here (derived at start, or not needed). The scheduler budget's
+    # defaults depend on the GPU: SERVE_BATCH_DEFAULTS.
+    default: float | int | str | bool | None = None
 
 
 def _grow(
@@ -118,7 +122,7 @@ _ENTRIES: tuple[ArgSpec, ...] = (
           added="0.10.0"),
     # KV cache and memory.
     _spec("gpu_memory_utilization", "float", "Fraction of each GPU's memory vLLM may use "
-          "(weights + activations + KV cache).", gt=0, le=1),
+          "(weights + activations + KV cache).", gt=0, le=1, default=0.9),
     _spec("kv_cache_dtype", "choice", "Data type of the KV cache; fp8 halves it.",
           choices=KV_CACHE_DTYPE_CHOICES),
     _spec("block_size", "int", "Tokens per KV-cache block.", ge=1, choices=(
@@ -209,6 +213,19 @@ _ENTRIES: tuple[ArgSpec, ...] = (
 )
 
 CATALOG: dict[str, ArgSpec] = {spec.dest: spec for spec in _ENTRIES}
+
+# `vllm serve`'s scheduler budget when max_num_batched_tokens and max_num_seqs are not given, by
+# GPU: the V1 engine's defaults for the API server (the OPENAI_API_SERVER usage context of
+# `EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py; `_set_default_args_v1` before
+# it) on CUDA. A GPU of LARGE_GPU_BYTES or more whose name does not contain "a100" (the larger
+# budget measured slower there, vLLM PR #17885) gets the larger budget; any other GPU, or one
+# vLLM cannot query, the smaller. Read from the V1 source, not release by release as the
+# entries above; vllm_args.serve_default applies it.
+LARGE_GPU_BYTES = 70 * 2**30
+SERVE_BATCH_DEFAULTS: dict[bool, dict[str, int]] = {  # large GPU? -> defaults
+    True: {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},  # H100, H200, ...
+    False: {"max_num_batched_tokens": 2048, "max_num_seqs": 256},
+}
 
 # vLLM arguments that load code the config names are left out of the catalog on purpose, so
 # they are refused as unknown: --tool-parser-plugin, --reasoning-parser-plugin, --middleware,

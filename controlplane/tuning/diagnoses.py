@@ -36,9 +36,6 @@ THROTTLED = 10.0  # % of the time the cgroup throttled the host's CPUs
 WAITING = 0.5  # requests waiting on average: work the GPU could be doing
 FOREIGN_MIN = 1 * GIB  # GPU memory beyond the engine's share worth a word
 FOREIGN_CEILING = 0.95  # vLLM's share plus the foreign memory: at most this of the GPU
-DEFAULT_GMU = 0.9  # vLLM's gpu_memory_utilization when not given
-DEFAULT_BATCHED_TOKENS = 8192  # vLLM V1's max_num_batched_tokens for the API server
-DEFAULT_MAX_NUM_SEQS = 256  # vLLM V1's default on data-centre GPUs
 MAX_BATCHED_TOKENS = 65536
 MIN_BATCHED_TOKENS = 2048
 IDLE_PER_S = 0.05  # requests/s: one every 20 s
@@ -66,8 +63,13 @@ def diagnose(facts: Facts) -> list[Finding]:
 # -- shared pieces ------------------------------------------------------------------------
 
 
-def arg(facts: Facts, name: str, default: Any) -> Any:
-    """A vLLM argument as configured, else as the engine reports it, else vLLM's default."""
+def arg(facts: Facts, name: str, default: Any = None) -> Any:
+    """A vLLM argument as configured, else as the engine reports it, else ``default``, else
+    vLLM's own default on the deployment's GPU (agents.vllm_args.serve_default)."""
+    if default is None:
+        gpu = facts.gpus[0] if facts.gpus else None
+        default = vllm_args.serve_default(name, gpu and gpu.mem_total_bytes,
+                                          gpu.name if gpu else "")
     args = facts.deployment.args or {}
     if name in args:
         return args[name]
@@ -167,8 +169,7 @@ def _raise_kv_cap(facts: Facts, cap: tuple[str, int], proof: list) -> Finding:
 def kv_pressure(facts: Facts) -> Finding | None:
     if not _enough(facts) or not _kv_pressed(facts):
         return None
-    gmu, seqs = float(arg(facts, "gpu_memory_utilization", DEFAULT_GMU)), \
-        int(arg(facts, "max_num_seqs", DEFAULT_MAX_NUM_SEQS))
+    gmu, seqs = float(arg(facts, "gpu_memory_utilization")), int(arg(facts, "max_num_seqs"))
     proof = [evidence(facts, "engine.kv_cache_usage", "avg", facts.kv_avg, f">= {KV_HIGH}"),
              evidence(facts, "engine.preemptions_per_s", "avg", facts.preemptions_per_s,
                       f">= {PREEMPTING}")]
@@ -205,7 +206,7 @@ def kv_pressure(facts: Facts) -> Finding | None:
 
 
 def concurrency_cap(facts: Facts) -> Finding | None:
-    seqs = int(arg(facts, "max_num_seqs", DEFAULT_MAX_NUM_SEQS))
+    seqs = int(arg(facts, "max_num_seqs"))
     if not _enough(facts) or (facts.waiting_share or 0) < QUEUED_SHARE \
             or (facts.kv_max or 1) >= KV_HEADROOM or (facts.running_max or 0) < seqs:
         return None
@@ -242,7 +243,7 @@ def prefill_ttft(facts: Facts) -> Finding | None:
             or facts.ttft_p99 <= ttft_slo or facts.itl_p99 > itl_slo / 2 \
             or (facts.kv_avg or 0) >= KV_HIGH or _starved(facts):
         return None  # a full KV cache or a starved CPU explains TTFT better
-    tokens = int(arg(facts, "max_num_batched_tokens", DEFAULT_BATCHED_TOKENS))
+    tokens = int(arg(facts, "max_num_batched_tokens"))
     if tokens >= MAX_BATCHED_TOKENS:
         return None
     return Finding(
@@ -269,9 +270,8 @@ def prefill_itl(facts: Facts) -> Finding | None:
     # own diagnoses say what to change; smaller prefill chunks would not help.
     if _kv_pressed(facts) or _starved(facts):
         return None
-    tokens = int(arg(facts, "max_num_batched_tokens", DEFAULT_BATCHED_TOKENS))
-    proposed = max(MIN_BATCHED_TOKENS, int(arg(facts, "max_num_seqs",
-                                               DEFAULT_MAX_NUM_SEQS)), tokens // 2)
+    tokens = int(arg(facts, "max_num_batched_tokens"))
+    proposed = max(MIN_BATCHED_TOKENS, int(arg(facts, "max_num_seqs")), tokens // 2)
     if proposed >= tokens:
         return None
     return Finding(
@@ -397,7 +397,7 @@ def numa_mismatch(facts: Facts) -> Finding | None:
 
 
 def foreign_memory(facts: Facts) -> Finding | None:
-    gmu = float(arg(facts, "gpu_memory_utilization", DEFAULT_GMU))
+    gmu = float(arg(facts, "gpu_memory_utilization"))
     worst = None
     for gpu in facts.gpus:
         used = facts.gpu_mem_used.get(gpu.id)

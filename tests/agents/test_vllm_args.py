@@ -291,3 +291,17 @@ def test_loader_variables_are_one_documented_list():
            "HF_TOKEN": "hf_x", "VLLM_LOGGING_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
     assert loader_env(env) == sorted(set(env) - {"HF_TOKEN", "VLLM_LOGGING_LEVEL",
                                                   "PYTHONUNBUFFERED"})
+
+
+def test_serve_defaults_come_from_the_catalog_and_depend_on_the_gpu():
+    from agents.vllm_args import serve_default
+
+    gib = 2**30
+    assert serve_default("gpu_memory_utilization") == 0.9
+    assert (serve_default("max_num_batched_tokens", 80 * gib, "NVIDIA H100 80GB HBM3"),
+            serve_default("max_num_seqs", 141 * gib, "NVIDIA H200")) == (8192, 1024)
+    # A100s, smaller GPUs and a GPU vLLM cannot query get the smaller budget.
+    for mem, name in ((80 * gib, "NVIDIA A100-SXM4-80GB"), (24 * gib, "NVIDIA L4"), (None, "")):
+        assert (serve_default("max_num_batched_tokens", mem, name),
+                serve_default("max_num_seqs", mem, name)) == (2048, 256)
+    assert serve_default("max_model_len") is None  # from the model

@@ -3,6 +3,8 @@ its own diagnosis with the change, the evidence and the reasoning an operator wo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from controlplane.tuning.diagnoses import diagnose, over_provisioned
@@ -172,3 +174,15 @@ def test_an_idle_hour_with_tensor_parallelism_halves_it():
 
 def test_a_busy_hour_is_not_over_provisioned():
     assert over_provisioned(healthy(minutes=60)) is None
+
+
+@pytest.mark.parametrize(("name", "mem", "current"), [
+    ("NVIDIA H200", H200, 8192), ("NVIDIA A100-SXM4-80GB", 80 * GIB, 2048),
+    ("NVIDIA L4", 24 * GIB, 2048)])
+def test_an_unset_budget_reads_vllms_default_for_the_gpu(name, mem, current):
+    base = healthy(ttft_p99=3.5, itl_p99=0.02)
+    gpu = base.gpus[0]
+    gpu.name, gpu.mem_total_bytes = name, mem
+    found = only(replace(base, gpu_mem_used={gpu.id: 0.9 * mem}))
+    assert found.changes == [{"field": "args.max_num_batched_tokens", "current": current,
+                              "proposed": 2 * current}]
