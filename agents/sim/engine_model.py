@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from agents.sim.cpu_model import CpuModel
 from agents.sim.workload import RequestSpec, SyntheticLoad
+from agents.vllm_args import serve_default
 
 __all__ = ["EngineConfig", "EngineModel", "Request", "RequestSpec", "StepStats",
            "SyntheticLoad", "params_from_model_name"]
@@ -55,13 +56,20 @@ def params_from_model_name(model: str) -> float:
 @dataclass(frozen=True)
 class EngineConfig:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    gpu_memory_utilization: float = 0.9
+    # None: what `vllm serve` picks when not given, for a GPU of gpu_mem_bytes (the argument
+    # catalog's defaults, agents.vllm_args.serve_default); set by __post_init__.
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float = serve_default("gpu_memory_utilization")
     tensor_parallel_size: int = 1
     block_size: int = 16
     max_model_len: int = 8192
     gpu_mem_bytes: int = 80 * GIB
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, serve_default(name, self.gpu_mem_bytes))
 
     # Cached: the engine asks for these every step, and the name is parsed with regexes.
     @functools.cached_property

@@ -29,6 +29,7 @@ from agents.sim.gpus import SimNvml
 from agents.sim.sim_host import SimHost, SimProcesses
 from agents.sim.sim_nvml_model import CUDA_CONTEXT_BYTES, RESERVED_BYTES
 from agents.sim.vllm_server import SimOptions, SimVllm
+from agents.vllm_args import serve_default
 
 ENGINE_PID = 4242  # the simulated vLLM's pid as the scenario's agent sees it
 FOREIGN_PID = 7777  # a process that is not vLLM, holding GPU memory
@@ -47,12 +48,17 @@ class HostShape:
     mem_bytes: int = 512 * GIB
 
 
+_H100 = HostShape()
+
+
 @dataclass(frozen=True)
 class Deployment:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    gpu_memory_utilization: float = 0.9
+    # The deployment sets them, as vLLM would choose them for the default host's GPU.
+    max_num_seqs: int = serve_default("max_num_seqs", _H100.gpu_mem_bytes, _H100.gpu_name)
+    max_num_batched_tokens: int = serve_default("max_num_batched_tokens", _H100.gpu_mem_bytes,
+                                                _H100.gpu_name)
+    gpu_memory_utilization: float = serve_default("gpu_memory_utilization")
     tensor_parallel_size: int = 1
     api_server_count: int = 1
     max_model_len: int = 8192

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from agents.sim.engine_model import GIB, EngineConfig
 from agents.sim.vllm_server import RunningServer, SimOptions, start
+from agents.vllm_args import serve_default
 
 
 def _env(name: str, kind: type, default):
@@ -45,8 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", default=EngineConfig.model)
     for flags, kind, default in (
-            (("--max-num-seqs",), int, 256), (("--max-num-batched-tokens",), int, 8192),
-            (("--gpu-memory-utilization",), float, 0.9),
+            # None: vLLM's default for a GPU of --gpu-mem-bytes (EngineConfig resolves it).
+            (("--max-num-seqs",), int, None), (("--max-num-batched-tokens",), int, None),
+            (("--gpu-memory-utilization",), float, serve_default("gpu_memory_utilization")),
             (("--tensor-parallel-size", "-tp"), int, 1),
             (("--data-parallel-size", "-dp"), int, 1), (("--block-size",), int, 16),
             (("--max-model-len",), int, 8192), (("--gpu-mem-bytes",), int, 80 * GIB),
