@@ -204,6 +204,7 @@ def measure_previews(end: datetime) -> list[dict]:
     evaluator's slices, and built from raw rows (a window no enabled rule reads as long)."""
     from controlplane.alerts.models import AlertRule
     from controlplane.alerts.preview import preview
+    from controlplane.telemetry.series.timeouts import QueryTimeout
 
     out, at = [], end + timedelta(seconds=1)  # a request a second after the last cycle
     for metric, agg, window_s in (("gpu.temp_c", "max", 300), ("gpu.temp_c", "max", 900),
@@ -211,7 +212,13 @@ def measure_previews(end: datetime) -> list[dict]:
         draft = AlertRule(name="draft", metric=metric, aggregation=agg, window_s=window_s,
                           op=">", threshold=80, summary="{value}")
         wall = time.perf_counter()
-        result = preview(draft, at)
+        try:
+            result = preview(draft, at)
+        except QueryTimeout as exc:  # PITWALL_QUERY_TIMEOUT_S: what a user would get, a 503
+            out.append({"rule": f"{agg} {metric} {window_s} s", "timed_out": str(exc),
+                        "wall_s": round(time.perf_counter() - wall, 2)})
+            print(f"  preview {out[-1]}", flush=True)
+            continue
         out.append({"rule": f"{agg} {metric} {window_s} s", "targets": result.count,
                     "wall_s": round(time.perf_counter() - wall, 2),
                     "read": "evaluator's slices" if result.now < at else "built from raw rows"})
