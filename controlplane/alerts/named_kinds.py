@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from agents.vllm_args import serve_default
 from controlplane.alerts.models import AlertRule, RuleKind
 from controlplane.alerts.queries import SQL_OP, Hit, Statement, fetch
 from controlplane.alerts.shards import Shard
@@ -27,8 +28,8 @@ READS: dict[str, tuple[str, ...]] = {
     RuleKind.KV_PRESSURE: ("engine",), RuleKind.MEMORY_BEYOND_SHARE: ("gpu",),
     RuleKind.CPU_BOUND_ENGINE: ("proc", "gpu"),
 }
-# vLLM's default when an engine's config does not say (the flag was not given).
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# vLLM's default when an engine's config does not say (the flag was not given): the catalog's.
+DEFAULT_GPU_MEMORY_UTILIZATION = serve_default("gpu_memory_utilization")
 _SHARE = (
     "CASE WHEN e.config->>'gpu_memory_utilization' ~ '^[0-9]*\\.?[0-9]+$' "
     "THEN (e.config->>'gpu_memory_utilization')::float8 ELSE %(default_share)s END")
