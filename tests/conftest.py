@@ -15,13 +15,12 @@ from controlplane.alerts.windows.schema import all_names as slice_tables
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from controlplane.telemetry.rollups.schema import all_tables as rollup_tables
 from controlplane.telemetry.schema import TABLES
+from tests.support.clients import bearer_client
 from tests.support.roles import user_with_role
 
-
-def bearer_client(token: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client
+# Fixtures that tests in several directories use, defined once (never imported from one
+# conftest into another): the loopback receivers and SMTP server, the real ingest app.
+pytest_plugins = ["tests.support.receivers", "tests.support.ingest"]
 
 
 @pytest.fixture
@@ -63,10 +62,22 @@ def agent_client(db) -> APIClient:
 
 
 def truncate_samples() -> None:
-    names = [t.name for t in TABLES.values()] + [t.name for t in rollup_tables()] \
+    """Empty the sample, rollup and slice tables: truncate the partitions that hold rows (a
+    TRUNCATE of all of them costs a sixth of a second, and most tests leave them empty)."""
+    parents = [t.name for t in TABLES.values()] + [t.name for t in rollup_tables()] \
         + slice_tables()
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE " + ", ".join(names))
+        # the leaf partitions of the partitioned tables, and the plain tables themselves
+        cursor.execute("SELECT relid::text FROM unnest(%(p)s::regclass[]) AS parent, "
+                       "LATERAL pg_partition_tree(parent) WHERE isleaf "
+                       "UNION SELECT oid::regclass::text FROM pg_class "
+                       "WHERE oid = ANY(%(p)s::regclass[]) AND relkind = 'r'", {"p": parents})
+        leaves = [leaf for (leaf,) in cursor.fetchall()]
+        cursor.execute(" UNION ALL ".join(f"SELECT %s WHERE EXISTS (SELECT FROM {leaf})"
+                                          for leaf in leaves), leaves)
+        holding = [leaf for (leaf,) in cursor.fetchall()]
+        if holding:
+            cursor.execute("TRUNCATE " + ", ".join(holding))
 
 
 @pytest.fixture
@@ -76,3 +87,18 @@ def empty_samples(transactional_db):
     truncate_samples()
     yield
     truncate_samples()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, the longest first (``slow(seconds=...)``, an estimate): in a
+    parallel run the three-minute end-to-end test then starts at once instead of last, beside
+    everything else. After pytest-django's ordering (database tests before transactional
+    ones), which this keeps for the rest; the slow tests are transactional and leave the
+    database as they found it."""
+
+    def cost(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("slow")
+        return -float(mark.kwargs.get("seconds", 1)) if mark else 0.0
+
+    items.sort(key=cost)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from controlplane.lib.env import ConfigError, database_from_url, envbool, envint, envsecret
-from tests.live import ROOT
+from tests.support.live import ROOT
 
 
 def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess:

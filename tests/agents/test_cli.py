@@ -1,10 +1,8 @@
-import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,12 +11,10 @@ from agents.cli import main
 from agents.config import ConfigError, build_parser, config_from_args, default_spool_dir
 from agents.spool import Spool
 from tests.agents.fake_ingest import FakeIngest, free_port
+from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "pw_agent_do-not-print-me"
-needs_sim = pytest.mark.skipif(
-    importlib.util.find_spec("agents.sim.gpus") is None,
-    reason="agents.sim.gpus (the simulated GPU backend) is not there yet")
 
 
 def nvml_works() -> bool:
@@ -42,7 +38,6 @@ def parse(*argv: str, env: dict | None = None):
     return config_from_args(build_parser().parse_args(list(argv)), env or {})
 
 
-@needs_sim
 def test_probe_with_the_sim_backend_prints_one_batch_with_two_simulated_gpus():
     proc = agent("probe", "--gpu-backend", "sim", "--sim-gpus", "2", "--interval", "0.2",
                  "--hostname", "sim-node-1")
@@ -157,7 +152,6 @@ def test_spool_max_bytes_takes_binary_suffixes():
     assert parse("probe", "--spool-max-bytes", "4096").spool_max_bytes == 4096
 
 
-@needs_sim
 def test_run_streams_batches_and_stops_cleanly_on_sigterm(tmp_path):
     (tmp_path / "token").write_text(TOKEN)
     with FakeIngest() as server:
@@ -179,18 +173,14 @@ def test_run_streams_batches_and_stops_cleanly_on_sigterm(tmp_path):
     assert server.requests[0].headers["Authorization"] == f"Bearer {TOKEN}"
 
 
-@needs_sim
 def test_run_spools_while_the_server_is_down_and_keeps_the_spool_after_sigterm(tmp_path):
     spool_dir = tmp_path / "spool"
     proc = agent("run", "--server", f"http://127.0.0.1:{free_port()}", "--token", TOKEN,
                  "--gpu-backend", "sim", "--sim-gpus", "1", "--interval", "0.1",
                  "--spool-dir", str(spool_dir))
     try:
-        # Wait until a batch is on disk (a safety bound, not a timing assertion).
-        for _ in range(600):
-            if proc.poll() is not None or list(spool_dir.glob("*.json.gz")):
-                break
-            time.sleep(0.1)
+        wait_until(lambda: proc.poll() is not None or list(spool_dir.glob("*.json.gz")), 60,
+                   lambda: "the agent spooled nothing", every=0.1)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)

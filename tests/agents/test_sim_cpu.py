@@ -10,7 +10,7 @@ from agents.sim.cpu_model import CpuBudget, CpuModel
 from agents.sim.engine_model import EngineConfig, EngineModel, RequestSpec, SyntheticLoad
 from agents.sim.process_roles import PSEUDO_PID_BASE, overlay
 from agents.sim.vllm_server import SimOptions, SimVllm
-from tests.agents.test_sim_engine_model import Recorder
+from tests.agents.engine_recorder import Recorder
 
 SMALL = EngineConfig(model="meta-llama/Llama-3.2-1B-Instruct", max_num_seqs=512,
                      max_model_len=4096)

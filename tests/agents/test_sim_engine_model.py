@@ -8,29 +8,11 @@ from agents.sim.engine_model import (
     GIB,
     EngineConfig,
     EngineModel,
-    Request,
     RequestSpec,
-    StepStats,
     SyntheticLoad,
     params_from_model_name,
 )
-
-
-class Recorder:
-    """A StatsSink that keeps everything the engine reports."""
-
-    def __init__(self) -> None:
-        self.steps: list[StepStats] = []
-        self.finished: list[Request] = []
-
-    def on_step(self, step: StepStats) -> None:
-        self.steps.append(step)
-
-    def on_finished(self, request: Request) -> None:
-        self.finished.append(request)
-
-    def total(self, field: str) -> int:
-        return sum(getattr(step, field) for step in self.steps)
+from tests.agents.engine_recorder import Recorder
 
 
 def run(engine: EngineModel, seconds: float, every: float = 0.5) -> list[tuple[int, int, float]]:

@@ -36,7 +36,7 @@ def options(**engine: Any) -> SimOptions:
 
 
 @pytest.fixture
-def server() -> Iterator[str]:
+def sim_vllm_url() -> Iterator[str]:
     running = start(options())
     yield f"http://127.0.0.1:{running.port}"
     running.close()
@@ -108,14 +108,14 @@ def exercise(base: str) -> str:
     return scrape(base)
 
 
-def test_metrics_have_exactly_the_families_types_help_and_labels_of_vllm_0_33(server):
-    mine, vllm = families(exercise(server)), families((SAMPLES / SAMPLE).read_text())
+def test_metrics_have_exactly_the_families_types_help_and_labels_of_vllm_0_33(sim_vllm_url):
+    mine, vllm = families(exercise(sim_vllm_url)), families((SAMPLES / SAMPLE).read_text())
     assert set(mine) == set(vllm)
     assert {n: f for n, f in mine.items() if f != vllm[n]} == {}
 
 
-def test_every_histogram_has_the_bucket_bounds_of_vllm_0_33(server):
-    mine, vllm = buckets(exercise(server)), buckets((SAMPLES / SAMPLE).read_text())
+def test_every_histogram_has_the_bucket_bounds_of_vllm_0_33(sim_vllm_url):
+    mine, vllm = buckets(exercise(sim_vllm_url)), buckets((SAMPLES / SAMPLE).read_text())
     assert mine == vllm
 
 
@@ -141,10 +141,10 @@ def test_data_parallel_2_labels_every_engine_series_engine_0_and_engine_1():
     assert {"0", "1"} in engine_labels(text).values()
 
 
-def test_a_completion_answers_in_openai_format_and_moves_the_counters(server):
-    before = scrape(server)
-    reply = complete(server, prompt=list(range(100, 137)), max_tokens=7)
-    after = scrape(server)
+def test_a_completion_answers_in_openai_format_and_moves_the_counters(sim_vllm_url):
+    before = scrape(sim_vllm_url)
+    reply = complete(sim_vllm_url, prompt=list(range(100, 137)), max_tokens=7)
+    after = scrape(sim_vllm_url)
     assert reply["object"] == "text_completion" and reply["model"] == "Qwen/Qwen3-8B"
     assert reply["usage"] == {"prompt_tokens": 37, "completion_tokens": 7, "total_tokens": 44,
                               "prompt_tokens_details": None}
@@ -163,12 +163,12 @@ def test_a_completion_answers_in_openai_format_and_moves_the_counters(server):
     assert moved("http_requests_total", handler="/v1/completions", status="2xx") == 1
 
 
-def test_a_repeated_prompt_hits_the_prefix_cache(server):
+def test_a_repeated_prompt_hits_the_prefix_cache(sim_vllm_url):
     prompt = "You are the race engineer. " * 40
-    complete(server, prompt=prompt, max_tokens=2)
-    before = scrape(server)
-    complete(server, prompt=prompt, max_tokens=2)
-    after = scrape(server)
+    complete(sim_vllm_url, prompt=prompt, max_tokens=2)
+    before = scrape(sim_vllm_url)
+    complete(sim_vllm_url, prompt=prompt, max_tokens=2)
+    after = scrape(sim_vllm_url)
     hits = value(after, "vllm:prefix_cache_hits_total") - value(
         before, "vllm:prefix_cache_hits_total")
     queries = value(after, "vllm:prefix_cache_queries_total") - value(
@@ -176,15 +176,15 @@ def test_a_repeated_prompt_hits_the_prefix_cache(server):
     assert 0 < hits < queries
 
 
-def test_a_model_the_server_does_not_serve_is_404_and_a_too_long_request_is_400(server):
-    assert post(f"{server}/v1/completions", {"model": "other", "prompt": "hi"})[0] == 404
-    status, reply = post(f"{server}/v1/completions",
+def test_a_model_the_server_does_not_serve_is_404_and_a_too_long_request_is_400(sim_vllm_url):
+    assert post(f"{sim_vllm_url}/v1/completions", {"model": "other", "prompt": "hi"})[0] == 404
+    status, reply = post(f"{sim_vllm_url}/v1/completions",
                          {"prompt": [1] * 30000, "max_tokens": 5000})
     assert status == 400 and "maximum context length" in reply["error"]["message"]
 
 
-def test_models_lists_the_served_model_owned_by_the_simulator(server):
-    status, body = get(f"{server}/v1/models")
+def test_models_lists_the_served_model_owned_by_the_simulator(sim_vllm_url):
+    status, body = get(f"{sim_vllm_url}/v1/models")
     model = json.loads(body)["data"][0]
     assert status == 200 and model["id"] == "Qwen/Qwen3-8B"
     assert model["owned_by"] == "pitwall-sim"

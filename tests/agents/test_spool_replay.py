@@ -7,11 +7,8 @@ import copy
 import gzip
 import json
 
-import pytest
-
 from agents.spool import join_batches
-from tests.agents.fake_ingest import FakeIngest
-from tests.agents.test_transport import Harness
+from tests.agents.harness import Harness
 
 
 def batch(seq: int) -> dict:
@@ -21,12 +18,6 @@ def batch(seq: int) -> dict:
                         {"ts": 1001.0 + seq, "engines": [{"name": 'vllm:8000/"0"\n', "up": 1}]}]}
 
 
-@pytest.fixture
-def server():
-    with FakeIngest() as ingest:
-        yield ingest
-
-
 def spooled(h: Harness, count: int) -> list[dict]:
     sent = [batch(seq) for seq in range(1, count + 1)]
     for b in sent:
@@ -34,12 +25,12 @@ def spooled(h: Harness, count: int) -> list[dict]:
     return sent
 
 
-def test_a_replayed_multi_batch_body_is_the_spooled_batches_exactly(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_a_replayed_multi_batch_body_is_the_spooled_batches_exactly(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     sent = spooled(h, 3)
     h.drain()
 
-    [request] = server.requests  # the fake server json.loads the body: it is valid JSON
+    [request] = fake_ingest.requests  # the fake server json.loads the body: it is valid JSON
     assert request.body == {"protocol": 1, "batches": sent}
     assert len(h.spool) == 0
 
@@ -54,27 +45,27 @@ def test_joined_batches_decode_to_the_protocols_multi_batch_object(tmp_path):
         {"protocol": 1, "batches": sent}
 
 
-def test_a_409_in_a_replay_gives_only_the_named_batch_the_inventory(server, tmp_path):
-    server.script = [(409, {"error": "unknown GPU", "field": "batches[1].samples[0].gpus"})]
-    h = Harness(server.url, tmp_path)
+def test_a_409_in_a_replay_gives_only_the_named_batch_the_inventory(fake_ingest, tmp_path):
+    fake_ingest.script = [(409, {"error": "unknown GPU", "field": "batches[1].samples[0].gpus"})]
+    h = Harness(fake_ingest.url, tmp_path)
     sent = spooled(h, 3)
     h.drain()
 
-    first, second = server.requests
+    first, second = fake_ingest.requests
     assert first.batches == sent
     assert second.batches == [sent[0], {**sent[1], "host": {"hostname": "gpu-node-1",
                                                            "gpus": []}}, sent[2]]
 
 
-def test_the_eviction_report_rides_on_the_newest_replayed_batch_only(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_the_eviction_report_rides_on_the_newest_replayed_batch_only(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     sent = spooled(h, 3)
     h.spool.max_bytes = h.spool.bytes + 1
     h.spool.append(batch(4))  # evicts the oldest one to make room
     evicted = h.spool.evictions()
     h.drain()
 
-    [request] = server.requests
+    [request] = fake_ingest.requests
     report = {"evicted_batches": evicted[0], "evicted_samples": evicted[1]}
     newest = batch(4)
     assert evicted[0] >= 1

@@ -6,7 +6,6 @@ import json
 import socket
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ import pytest
 
 from agents.supervisor import Supervisor
 from agents.supervisor.backoff import Backoff
+from tests.support.polling import wait_until
 
 SIM = [sys.executable, "-m", "agents.sim.vllm_server", "--model"]
 MODEL = "Qwen/Qwen3-8B"
@@ -53,14 +53,14 @@ def supervisors() -> Iterator[Callable[..., Supervisor]]:
 def until(sup: Supervisor, predicate: Callable[[list[dict[str, Any]]], bool],
           timeout_s: float = TIMEOUT_S) -> list[dict[str, Any]]:
     """Tick like the agent's loop, only faster, until the status satisfies the predicate."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def check() -> tuple[list[dict[str, Any]]] | None:
         sup.tick()
         status = sup.status()
-        if predicate(status):
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"timed out; status: {sup.status()}")
+        return (status,) if predicate(status) else None  # an empty status may be the answer
+
+    return wait_until(check, timeout_s, lambda: f"timed out; status: {sup.status()}",
+                      every=0.05)[0]
 
 
 def ready(status: list[dict[str, Any]]) -> bool:

@@ -1,10 +1,8 @@
 import pytest
 
-from agents.spool import Spool
-from agents.transport import IngestClient, Shipper
+from agents.transport import IngestClient
 from tests.agents.fake_ingest import FakeIngest, free_port
-
-TOKEN = "pw_agent_s3cret-token"
+from tests.agents.harness import TOKEN, Harness
 
 
 def batch(seq: int, samples: int = 1) -> dict:
@@ -12,42 +10,12 @@ def batch(seq: int, samples: int = 1) -> dict:
             "samples": [{"ts": 1000.0 + seq, "host": {"load1": 0.5}}] * samples}
 
 
-class Harness:
-    """A shipper whose backoff sleeps are recorded instead of slept."""
-
-    def __init__(self, url: str, spool_dir, jitter: float = 1.0, **spool_kw) -> None:
-        self.sleeps: list[float] = []
-        self.warnings: list[str] = []
-        self.inventory_requests = 0
-        self.spool = Spool(spool_dir, spool_kw.pop("max_bytes", 10**9), warn=self.warnings.append)
-        self.shipper = Shipper(
-            IngestClient(url, TOKEN, timeout=5.0), self.spool,
-            inventory=lambda: {"hostname": "gpu-node-1", "gpus": []},
-            on_inventory_needed=self._inventory_needed, warn=self.warnings.append,
-            sleep=self.sleeps.append, rand=lambda: jitter)
-
-    def _inventory_needed(self) -> None:
-        self.inventory_requests += 1
-
-    def drain(self, limit: int = 50) -> None:
-        for _ in range(limit):
-            if not self.shipper.step():
-                return
-        raise AssertionError("the shipper never ran out of work")
-
-
-@pytest.fixture
-def server():
-    with FakeIngest() as ingest:
-        yield ingest
-
-
-def test_it_posts_gzip_json_with_the_bearer_token_to_the_ingest_path(server):
-    client = IngestClient(server.url + "/pitwall/", TOKEN)
+def test_it_posts_gzip_json_with_the_bearer_token_to_the_ingest_path(fake_ingest):
+    client = IngestClient(fake_ingest.url + "/pitwall/", TOKEN)
 
     reply = client.post(batch(1))
 
-    [request] = server.requests
+    [request] = fake_ingest.requests
     assert reply.status == 200 and reply.body["config_version"] == 7
     assert request.path == "/pitwall/api/v1/ingest"
     assert request.headers["Content-Encoding"] == "gzip"
@@ -56,12 +24,12 @@ def test_it_posts_gzip_json_with_the_bearer_token_to_the_ingest_path(server):
     assert request.body == batch(1)
 
 
-def test_it_keeps_one_connection_alive_across_requests(server):
-    client = IngestClient(server.url, TOKEN)
+def test_it_keeps_one_connection_alive_across_requests(fake_ingest):
+    client = IngestClient(fake_ingest.url, TOKEN)
     for seq in (1, 2, 3):
         client.post(batch(seq))
 
-    assert len({r.client_port for r in server.requests}) == 1
+    assert len({r.client_port for r in fake_ingest.requests}) == 1
 
 
 def test_it_reports_an_unreachable_server_without_raising():
@@ -76,14 +44,14 @@ def test_it_refuses_a_server_url_that_is_not_http():
         IngestClient("ftp://example.com", TOKEN)
 
 
-def test_it_retries_a_5xx_with_backoff_and_delivers_the_batch_once(server, tmp_path):
-    server.script = [(503, {"error": "storage unavailable"})] * 2
-    h = Harness(server.url, tmp_path)
+def test_it_retries_a_5xx_with_backoff_and_delivers_the_batch_once(fake_ingest, tmp_path):
+    fake_ingest.script = [(503, {"error": "storage unavailable"})] * 2
+    h = Harness(fake_ingest.url, tmp_path)
 
     h.shipper.submit(batch(1))
     h.drain()
 
-    assert [r.seqs for r in server.requests] == [[1], [1], [1]]
+    assert [r.seqs for r in fake_ingest.requests] == [[1], [1], [1]]
     # Full jitter draws up to base * 2**attempt; with the draw at its top: 0.5 then 1.0.
     assert h.sleeps == [0.5, 1.0]
     assert h.shipper.delivered_batches == 1
@@ -92,22 +60,23 @@ def test_it_retries_a_5xx_with_backoff_and_delivers_the_batch_once(server, tmp_p
     assert "503" in h.warnings[0] and "storage unavailable" in h.warnings[0]
 
 
-def test_backoff_grows_exponentially_up_to_the_cap_and_restarts_after_success(server, tmp_path):
-    server.script = [(500, {})] * 8
-    h = Harness(server.url, tmp_path)
+def test_backoff_grows_exponentially_up_to_the_cap_and_restarts_after_success(fake_ingest,
+                                                                              tmp_path):
+    fake_ingest.script = [(500, {})] * 8
+    h = Harness(fake_ingest.url, tmp_path)
 
     h.shipper.submit(batch(1))
     h.drain()
     h.shipper.submit(batch(2))
-    server.script = [(500, {})]
+    fake_ingest.script = [(500, {})]
     h.drain()
 
     assert h.sleeps == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 0.5]
 
 
-def test_jitter_scales_each_backoff_delay(server, tmp_path):
-    server.script = [(500, {})] * 3
-    h = Harness(server.url, tmp_path, jitter=0.25)
+def test_jitter_scales_each_backoff_delay(fake_ingest, tmp_path):
+    fake_ingest.script = [(500, {})] * 3
+    h = Harness(fake_ingest.url, tmp_path, jitter=0.25)
 
     h.shipper.submit(batch(1))
     h.drain()
@@ -115,16 +84,17 @@ def test_jitter_scales_each_backoff_delay(server, tmp_path):
     assert h.sleeps == [0.125, 0.25, 0.5]
 
 
-def test_a_batch_refused_with_400_is_dropped_with_one_line_naming_the_field(server, tmp_path):
-    server.script = [(400, {"error": "value above 100", "field": "samples[0].gpus[0].util_pct"})]
-    h = Harness(server.url, tmp_path)
+def test_a_batch_refused_with_400_is_dropped_with_one_line_naming_the_field(fake_ingest, tmp_path):
+    fake_ingest.script = [(400, {"error": "value above 100",
+                                 "field": "samples[0].gpus[0].util_pct"})]
+    h = Harness(fake_ingest.url, tmp_path)
 
     h.shipper.submit(batch(1))
     h.drain()
     h.shipper.submit(batch(2))
     h.drain()
 
-    assert [r.seqs for r in server.requests] == [[1], [2]]
+    assert [r.seqs for r in fake_ingest.requests] == [[1], [2]]
     assert h.shipper.dropped_batches == 1
     [line] = h.warnings
     assert "\n" not in line
@@ -133,14 +103,14 @@ def test_a_batch_refused_with_400_is_dropped_with_one_line_naming_the_field(serv
     assert h.sleeps == []
 
 
-def test_a_409_resends_the_batch_with_the_inventory(server, tmp_path):
-    server.script = [(409, {"error": "unknown GPU", "field": "samples[0].gpus[0].uuid"})]
-    h = Harness(server.url, tmp_path)
+def test_a_409_resends_the_batch_with_the_inventory(fake_ingest, tmp_path):
+    fake_ingest.script = [(409, {"error": "unknown GPU", "field": "samples[0].gpus[0].uuid"})]
+    h = Harness(fake_ingest.url, tmp_path)
 
     h.shipper.submit(batch(1))
     h.drain()
 
-    first, second = server.requests
+    first, second = fake_ingest.requests
     assert "host" not in first.body
     assert second.body["host"] == {"hostname": "gpu-node-1", "gpus": []}
     assert second.seqs == [1]
@@ -148,9 +118,9 @@ def test_a_409_resends_the_batch_with_the_inventory(server, tmp_path):
     assert h.shipper.delivered_batches == 1 and h.shipper.dropped_batches == 0
 
 
-def test_a_bad_token_keeps_the_batch_spooled_while_backing_off(server, tmp_path):
-    server.script = [(401, {"error": "unknown token"})] * 3
-    h = Harness(server.url, tmp_path)
+def test_a_bad_token_keeps_the_batch_spooled_while_backing_off(fake_ingest, tmp_path):
+    fake_ingest.script = [(401, {"error": "unknown token"})] * 3
+    h = Harness(fake_ingest.url, tmp_path)
 
     h.shipper.submit(batch(1))
     for _ in range(3):
@@ -163,7 +133,7 @@ def test_a_bad_token_keeps_the_batch_spooled_while_backing_off(server, tmp_path)
     assert "token" in line and "401" in line and TOKEN not in line
 
     h.drain()  # the operator fixed the token
-    assert server.requests[-1].seqs == [1] and len(h.spool) == 0
+    assert fake_ingest.requests[-1].seqs == [1] and len(h.spool) == 0
 
 
 def test_batches_are_spooled_while_the_server_is_down_and_replayed_in_order(tmp_path):
@@ -177,106 +147,106 @@ def test_batches_are_spooled_while_the_server_is_down_and_replayed_in_order(tmp_
         h.shipper.step()
     assert len(h.spool) == 5
 
-    with FakeIngest(port) as server:
+    with FakeIngest(port) as fake_ingest:
         h.shipper.submit(batch(6))  # queued on disk behind the others
         h.drain()
         h.shipper.submit(batch(7))  # the spool drained: straight from memory again
         h.drain()
 
-    assert [r.seqs for r in server.requests] == [[1, 2, 3, 4, 5, 6], [7]]
-    assert server.requests[0].body["protocol"] == 1
+    assert [r.seqs for r in fake_ingest.requests] == [[1, 2, 3, 4, 5, 6], [7]]
+    assert fake_ingest.requests[0].body["protocol"] == 1
     assert len(h.spool) == 0
 
 
-def test_replay_splits_a_long_spool_into_groups(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_replay_splits_a_long_spool_into_groups(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     for seq in range(1, 251):
         h.spool.append(batch(seq))
 
     h.drain()
 
-    assert [len(r.seqs) for r in server.requests] == [200, 50]
-    assert [s for r in server.requests for s in r.seqs] == list(range(1, 251))
+    assert [len(r.seqs) for r in fake_ingest.requests] == [200, 50]
+    assert [s for r in fake_ingest.requests for s in r.seqs] == list(range(1, 251))
 
 
-def test_spooled_batches_survive_a_restart_of_the_agent(server, tmp_path):
+def test_spooled_batches_survive_a_restart_of_the_agent(fake_ingest, tmp_path):
     down = Harness(f"http://127.0.0.1:{free_port()}", tmp_path)
     down.shipper.submit(batch(1))
     down.shipper.submit(batch(2))
     down.shipper.close()  # shutdown before any send: the memory queue goes to disk
 
-    Harness(server.url, tmp_path).drain()
+    Harness(fake_ingest.url, tmp_path).drain()
 
-    assert [r.seqs for r in server.requests] == [[1, 2]]
+    assert [r.seqs for r in fake_ingest.requests] == [[1, 2]]
 
 
-def test_a_multi_batch_400_drops_only_the_batch_it_names(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_a_multi_batch_400_drops_only_the_batch_it_names(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     for seq in (1, 2, 3):
         h.spool.append(batch(seq))
-    server.script = [(400, {"error": "bad", "field": "batches[1].samples[0].host.load1"})]
+    fake_ingest.script = [(400, {"error": "bad", "field": "batches[1].samples[0].host.load1"})]
 
     h.drain()
 
-    assert [r.seqs for r in server.requests] == [[1, 2, 3], [1, 3]]
+    assert [r.seqs for r in fake_ingest.requests] == [[1, 2, 3], [1, 3]]
     assert h.shipper.dropped_batches == 1 and "boot-a/2" in h.warnings[0]
 
 
-def test_a_multi_batch_400_from_memory_drops_only_the_batch_it_names(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_a_multi_batch_400_from_memory_drops_only_the_batch_it_names(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     for seq in (1, 2, 3):
         h.shipper.submit(batch(seq))  # the server is up: they wait in memory, not on disk
-    server.script = [(400, {"error": "bad", "field": "batches[1].samples[0].host.load1"})]
+    fake_ingest.script = [(400, {"error": "bad", "field": "batches[1].samples[0].host.load1"})]
 
     h.drain()
 
-    assert [r.seqs for r in server.requests] == [[1, 2, 3], [1, 3]]
+    assert [r.seqs for r in fake_ingest.requests] == [[1, 2, 3], [1, 3]]
     assert h.shipper.dropped_batches == 1 and len(h.spool) == 0
 
 
-def test_a_413_on_a_group_sends_smaller_groups_before_dropping_anything(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_a_413_on_a_group_sends_smaller_groups_before_dropping_anything(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     for seq in (1, 2, 3, 4):
         h.spool.append(batch(seq))
-    server.script = [(413, {"error": "body too large"})]
+    fake_ingest.script = [(413, {"error": "body too large"})]
 
     h.drain()
 
-    assert [r.seqs for r in server.requests] == [[1, 2, 3, 4], [1, 2], [3, 4]]
+    assert [r.seqs for r in fake_ingest.requests] == [[1, 2, 3, 4], [1, 2], [3, 4]]
     assert h.shipper.dropped_batches == 0
 
 
-def test_eviction_counts_ride_on_the_next_request_until_acknowledged(server, tmp_path):
-    h = Harness(server.url, tmp_path, max_bytes=1)
+def test_eviction_counts_ride_on_the_next_request_until_acknowledged(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path, max_bytes=1)
     h.spool.append(batch(1, samples=4))  # too big for the bound: evicted at once
     assert h.spool.evictions() == (1, 4)
     h.spool.max_bytes = 10**9
-    server.script = [(503, {})]
+    fake_ingest.script = [(503, {})]
 
     h.shipper.submit(batch(2))
     h.drain()
 
-    failed, delivered = server.requests
+    failed, delivered = fake_ingest.requests
     report = {"evicted_batches": 1, "evicted_samples": 4}
     assert failed.batches[-1]["agent"]["spool"] == report  # kept after the failed attempt
     assert delivered.batches[-1]["agent"]["spool"] == report
     assert h.spool.evictions() == (0, 0)
     h.shipper.submit(batch(3))
     h.drain()
-    assert "spool" not in server.requests[-1].body["agent"]
+    assert "spool" not in fake_ingest.requests[-1].body["agent"]
 
 
-def test_the_sender_thread_delivers_what_the_loop_submits(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_the_sender_thread_delivers_what_the_loop_submits(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     h.shipper.start()
     try:
         for seq in (1, 2, 3):
             h.shipper.submit(batch(seq))
-        assert server.wait_for(3)
+        assert fake_ingest.wait_for(3)
     finally:
         h.shipper.close()
 
-    assert [s for r in server.requests for s in r.seqs] == [1, 2, 3]
+    assert [s for r in fake_ingest.requests for s in r.seqs] == [1, 2, 3]
     assert len(h.spool) == 0
 
 
@@ -290,9 +260,9 @@ def test_closing_puts_what_the_thread_had_not_sent_on_disk_in_order(tmp_path):
     assert [s.batch["agent"]["seq"] for s in h.spool.peek()] == [1, 2, 3]
 
 
-def test_a_409_before_any_inventory_was_collected_is_retried_not_dropped(server, tmp_path):
-    server.script = [(409, {"error": "unknown GPU", "field": "samples[0].gpus[0].uuid"})]
-    h = Harness(server.url, tmp_path)
+def test_a_409_before_any_inventory_was_collected_is_retried_not_dropped(fake_ingest, tmp_path):
+    fake_ingest.script = [(409, {"error": "unknown GPU", "field": "samples[0].gpus[0].uuid"})]
+    h = Harness(fake_ingest.url, tmp_path)
     h.shipper._inventory = lambda: None  # a spooled batch replayed before the first tick
 
     h.shipper.submit(batch(1))
@@ -300,11 +270,11 @@ def test_a_409_before_any_inventory_was_collected_is_retried_not_dropped(server,
     assert h.shipper.dropped_batches == 0 and len(h.spool) == 1
 
     h.drain()
-    assert server.requests[-1].seqs == [1] and len(h.spool) == 0
+    assert fake_ingest.requests[-1].seqs == [1] and len(h.spool) == 0
 
 
-def test_a_batch_json_cannot_encode_is_dropped_and_the_next_one_still_goes(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_a_batch_json_cannot_encode_is_dropped_and_the_next_one_still_goes(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     bad = batch(1)
     bad["samples"][0]["host"] = {"load1": object()}
 
@@ -312,14 +282,14 @@ def test_a_batch_json_cannot_encode_is_dropped_and_the_next_one_still_goes(serve
     h.shipper.submit(batch(2))
     h.drain()
 
-    assert [r.seqs for r in server.requests] == [[2]]
+    assert [r.seqs for r in fake_ingest.requests] == [[2]]
     assert h.shipper.dropped_batches == 1
     [line] = h.warnings
     assert "boot-a/1" in line and "JSON" in line
 
 
-def test_the_sender_thread_survives_an_unexpected_error(server, tmp_path):
-    h = Harness(server.url, tmp_path)
+def test_the_sender_thread_survives_an_unexpected_error(fake_ingest, tmp_path):
+    h = Harness(fake_ingest.url, tmp_path)
     real_post = h.shipper.client.post
     calls = []
 
@@ -333,9 +303,9 @@ def test_the_sender_thread_survives_an_unexpected_error(server, tmp_path):
     h.shipper.start()
     try:
         h.shipper.submit(batch(1))
-        assert server.wait_for(1)
+        assert fake_ingest.wait_for(1)
     finally:
         h.shipper.close()
 
-    assert server.requests[0].seqs == [1]
+    assert fake_ingest.requests[0].seqs == [1]
     assert any("sender" in w and "bug in the transport" in w for w in h.warnings)

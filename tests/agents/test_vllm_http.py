@@ -16,7 +16,7 @@ V0_33 = "v1-synthetic-vllm-0.33.0.txt"
 
 
 @pytest.fixture
-def server() -> Iterator[str]:
+def metrics_url() -> Iterator[str]:
     page = sample_text(V0_33).encode()
     release = threading.Event()
 
@@ -45,25 +45,26 @@ def server() -> Iterator[str]:
     httpd.server_close()
 
 
-def test_it_scrapes_a_real_http_endpoint_past_any_proxy_in_the_environment(server, monkeypatch):
+def test_it_scrapes_a_real_http_endpoint_past_any_proxy_in_the_environment(metrics_url,
+                                                                           monkeypatch):
     for name in ("no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # nothing listens there
-    collector = VllmCollector(f"{server}/metrics")
+    collector = VllmCollector(f"{metrics_url}/metrics")
     (sample,) = collector.collect()
     assert sample["up"] == 1
     assert sample["requests_running"] == series(sample_text(V0_33), "vllm:num_requests_running")
 
 
-def test_an_http_500_is_down_with_a_warning_naming_the_status(server):
+def test_an_http_500_is_down_with_a_warning_naming_the_status(metrics_url):
     warnings: list[str] = []
-    collector = VllmCollector(f"{server}/broken", warn=warnings.append)
+    collector = VllmCollector(f"{metrics_url}/broken", warn=warnings.append)
     assert collector.collect()[0]["up"] == 0
     assert "HTTP 500" in warnings[0]
 
 
-def test_a_server_that_does_not_answer_in_time_is_down(server):
+def test_a_server_that_does_not_answer_in_time_is_down(metrics_url):
     warnings: list[str] = []
-    collector = VllmCollector(f"{server}/slow", timeout=0.2, warn=warnings.append)
+    collector = VllmCollector(f"{metrics_url}/slow", timeout=0.2, warn=warnings.append)
     assert collector.collect()[0]["up"] == 0
     assert "no answer within 0.2 s" in warnings[0]

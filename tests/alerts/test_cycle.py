@@ -13,7 +13,7 @@ from controlplane.alerts.models import Alert, AlertRule, RuleKind
 from controlplane.alerts.tasks import evaluate_rules
 from controlplane.alerts.windows.schema import all_names as slice_tables
 from controlplane.celery import app
-from tests.alerts.conftest import T0, make_node, rule, samples
+from tests.support.alert_data import T0, make_node, rule, samples
 
 S = timedelta(seconds=1)
 

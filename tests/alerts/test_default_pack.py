@@ -10,7 +10,7 @@ import pytest
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.pack import load_default_pack, pack
-from tests.alerts.conftest import GIB, GPU_TOTAL, T0, Node, make_node, samples, ttft_layout
+from tests.support.alert_data import GIB, GPU_TOTAL, T0, Node, make_node, samples, ttft_layout
 
 S = timedelta(seconds=1)
 START, END = T0 - 11 * 60 * S, T0 + 20 * 60 * S

@@ -19,7 +19,7 @@ from controlplane.alerts.shards import WHOLE
 from controlplane.alerts.windows import ensure_partitions
 from controlplane.alerts.windows.schema import SLICE_S, SLICES
 from controlplane.fleet.models import Gpu, Host
-from tests.alerts.conftest import T0, rule
+from tests.support.alert_data import T0, rule
 
 GPUS = 2000
 SLICES_ANALYZED = 60  # what the statistics know

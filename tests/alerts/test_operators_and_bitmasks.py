@@ -17,7 +17,7 @@ from datetime import timedelta
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, RuleKind
 from controlplane.alerts.pack import pack
-from tests.alerts.conftest import T0, make_node, rule, samples, ttft_layout
+from tests.support.alert_data import T0, make_node, rule, samples, ttft_layout
 
 S = timedelta(seconds=1)
 OPS = (">", ">=", "<", "<=", "==", "!=")

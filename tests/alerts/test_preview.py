@@ -10,7 +10,7 @@ from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.preview import preview
 from controlplane.telemetry.schema import TABLES
-from tests.alerts.conftest import T0, make_node, rule, run, samples, ttft_layout
+from tests.support.alert_data import T0, make_node, rule, run, samples, ttft_layout
 
 S = timedelta(seconds=1)
 

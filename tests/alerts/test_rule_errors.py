@@ -11,7 +11,7 @@ from controlplane.alerts import named_kinds
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule, RuleKind
 from controlplane.alerts.queries import fetch
-from tests.alerts.conftest import T0, rule, samples
+from tests.support.alert_data import T0, rule, samples
 
 S = timedelta(seconds=1)
 

@@ -12,7 +12,7 @@ from controlplane.alerts.apply import _refresh_due, held_until_now, load_alerts
 from controlplane.alerts.models import Alert
 from controlplane.alerts.queries import Hit
 from controlplane.alerts.state import step
-from tests.alerts.conftest import T0, rule
+from tests.support.alert_data import T0, rule
 
 S = timedelta(seconds=1)
 

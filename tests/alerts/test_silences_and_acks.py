@@ -15,7 +15,7 @@ from controlplane.alerts.silences import (
     is_silenced,
     should_notify_repeat,
 )
-from tests.alerts.conftest import T0, rule, run, samples
+from tests.support.alert_data import T0, rule, run, samples
 
 S = timedelta(seconds=1)
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertEvent
-from tests.alerts.conftest import T0, firing, rule, run, samples
+from tests.support.alert_data import T0, firing, rule, run, samples
 
 S = timedelta(seconds=1)
 

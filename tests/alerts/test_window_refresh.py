@@ -10,7 +10,7 @@ from controlplane.alerts import evaluate
 from controlplane.alerts.shards import WHOLE
 from controlplane.alerts.windows import ensure_partitions
 from controlplane.alerts.windows.schema import SLICES
-from tests.alerts.conftest import T0, rule, samples
+from tests.support.alert_data import T0, rule, samples
 
 S = timedelta(seconds=1)
 

@@ -1,31 +1,16 @@
-"""What the alerting API tests share: a staff user's client, and alerts written straight in.
+"""What the alerting API tests share: rules and alerts written straight in.
 
-``api`` (alice) is an active user who is not staff: she reads everything, acks and silences,
-but may not change rules or channels. ``staff`` (carol) may.
+``api`` (alice) is an operator: she reads everything, acks and silences, but may not change
+rules or channels. ``staff`` (carol, an admin; tests/api/conftest.py) may.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-import pytest
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from controlplane.alerts.models import Alert, AlertRule, AlertState
-from controlplane.fleet.tokens import issue_api_token
-from tests.conftest import bearer_client
-from tests.support.roles import user_with_role
-
-
-@pytest.fixture
-def carol(db):
-    return user_with_role("carol", "admin")
-
-
-@pytest.fixture
-def staff(carol) -> APIClient:
-    return bearer_client(issue_api_token("carol", name="tests"))
 
 
 def make_rule(name: str = "GPU hot", severity: str = "critical") -> AlertRule:

@@ -7,28 +7,14 @@ from dataclasses import dataclass
 import pytest
 from rest_framework.test import APIClient
 
-from controlplane.fleet.models import Gpu, Host
-from controlplane.fleet.tokens import issue_agent_token
-from tests.conftest import bearer_client
+from controlplane.fleet.models import Host
+from tests.support.clients import bearer_client
 
 
 @dataclass
 class GpuHost:
     host: Host
     agent: APIClient  # its agent's token
-
-
-@pytest.fixture
-def gpu_host(db) -> GpuHost:
-    token, host = issue_agent_token("h200-node-1")
-    Host.objects.filter(pk=host.pk).update(
-        cpu_count=16, numa_nodes=[{"id": 0, "cpus": list(range(8))},
-                                  {"id": 1, "cpus": list(range(8, 16))}])
-    host.refresh_from_db()
-    for i in range(2):
-        Gpu.objects.create(host=host, uuid=f"GPU-h200-{i}", index=i, name="NVIDIA H200",
-                           mem_total_bytes=143771156480, numa_node=i)
-    return GpuHost(host, bearer_client(token))
 
 
 def llama(host: Host, **changes) -> dict:

@@ -7,7 +7,7 @@ import pytest
 from controlplane.fleet.models import Deployment
 from controlplane.fleet.tokens import issue_agent_token
 from tests.api.deploying import llama
-from tests.conftest import bearer_client
+from tests.support.clients import bearer_client
 
 REPORT = {"id": 0, "revision": 1, "state": "ready", "since": 1764770000.5, "pid": 4242,
           "restarts": 1, "error": "", "argv": ["vllm", "serve", "m", "--port", "8000"],

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from controlplane.alerts.models import Alert, AlertRule
-from tests.alerts.conftest import make_node, samples
 from tests.api.alerting import make_rule
+from tests.support.alert_data import make_node, samples
 
 URL = "/api/v1/alert-rules/"
 HOT = {"name": "GPU hot", "severity": "critical", "metric": "gpu.temp_c", "aggregation": "max",

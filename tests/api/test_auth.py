@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from controlplane.fleet.models import ApiToken
 from controlplane.fleet.tokens import issue_api_token
 
-pytestmark = pytest.mark.usefixtures("fleet")
+pytestmark = pytest.mark.usefixtures("mixed_fleet")
 
 URLS = [
     "/api/v1/hosts/",
@@ -27,9 +27,9 @@ def bearer_client(token: str) -> APIClient:
 
 
 @pytest.fixture
-def detail_urls(fleet) -> list[str]:
-    return [f"/api/v1/hosts/{fleet.online_host.id}/", f"/api/v1/gpus/{fleet.gpu.id}/",
-            f"/api/v1/engines/{fleet.engine.id}/"]
+def detail_urls(mixed_fleet) -> list[str]:
+    return [f"/api/v1/hosts/{mixed_fleet.online_host.id}/", f"/api/v1/gpus/{mixed_fleet.gpu.id}/",
+            f"/api/v1/engines/{mixed_fleet.engine.id}/"]
 
 
 @pytest.mark.parametrize("url", URLS)

@@ -114,9 +114,9 @@ def test_revert_brings_back_an_earlier_config_as_a_new_revision(staff, gpu_host)
     assert missing.status_code == 400 and "no revision 9" in missing.json()["revision"][0]
 
 
-def test_a_deployment_cannot_move_to_another_host(staff, gpu_host, fleet):
+def test_a_deployment_cannot_move_to_another_host(staff, gpu_host, mixed_fleet):
     created = staff.post(URL, llama(gpu_host.host), format="json").json()
-    moved = staff.patch(f"{URL}{created['id']}/", {"host": fleet.online_host.pk},
+    moved = staff.patch(f"{URL}{created['id']}/", {"host": mixed_fleet.online_host.pk},
                         format="json")
     assert moved.status_code == 400 and "another host" in moved.json()["host"][0]
 

@@ -12,22 +12,23 @@ def uuids(response) -> list[str]:
     return [g["uuid"] for g in response.json()["results"]]
 
 
-def test_it_lists_gpus_present_and_removed(api, fleet):
+def test_it_lists_gpus_present_and_removed(api, mixed_fleet):
     assert uuids(api.get(LIST)) == ["GPU-0aaa", "GPU-1bbb", "GPU-2ccc"]
 
 
-def test_it_describes_a_gpu_with_its_host(api, fleet):
-    gpu = fleet.gpu
+def test_it_describes_a_gpu_with_its_host(api, mixed_fleet):
+    gpu = mixed_fleet.gpu
     body = api.get(f"{LIST}{gpu.id}/").json()
     assert body == {
-        "id": gpu.id, "uuid": "GPU-0aaa", "host": fleet.online_host.id, "hostname": "gpu-node-1",
+        "id": gpu.id, "uuid": "GPU-0aaa", "host": mixed_fleet.online_host.id,
+        "hostname": "gpu-node-1",
         "index": 0, "name": "NVIDIA H100", "mem_total_bytes": 80 * 2**30,
         "pci_bus_id": "00000000:18:00.0", "numa_node": 0, "mig": None, "simulated": False,
         "present": True, "online": True, "first_seen": body["first_seen"], "removed_at": None,
     }
 
 
-def test_a_gpu_is_online_only_when_present_and_its_host_is_online(api, fleet):
+def test_a_gpu_is_online_only_when_present_and_its_host_is_online(api, mixed_fleet):
     by_uuid = {g["uuid"]: g for g in api.get(LIST).json()["results"]}
     assert by_uuid["GPU-0aaa"]["online"] is True
     assert by_uuid["GPU-1bbb"]["online"] is False  # removed, on an online host
@@ -42,25 +43,25 @@ def test_a_gpu_is_online_only_when_present_and_its_host_is_online(api, fleet):
     ({"online": "true"}, ["GPU-0aaa"]),
     ({"hostname": "sim-node-2"}, ["GPU-2ccc"]),
 ])
-def test_it_filters(api, fleet, query, expected):
+def test_it_filters(api, mixed_fleet, query, expected):
     assert uuids(api.get(LIST, query)) == expected
 
 
-def test_it_filters_by_host_id(api, fleet):
-    assert uuids(api.get(LIST, {"host": fleet.online_host.id})) == ["GPU-0aaa", "GPU-1bbb"]
-    assert uuids(api.get(LIST, {"host": fleet.online_host.id, "present": "true"})) == [
+def test_it_filters_by_host_id(api, mixed_fleet):
+    assert uuids(api.get(LIST, {"host": mixed_fleet.online_host.id})) == ["GPU-0aaa", "GPU-1bbb"]
+    assert uuids(api.get(LIST, {"host": mixed_fleet.online_host.id, "present": "true"})) == [
         "GPU-0aaa"]
-    assert uuids(api.get(LIST, {"host": fleet.unseen_host.id})) == []
+    assert uuids(api.get(LIST, {"host": mixed_fleet.unseen_host.id})) == []
 
 
 @pytest.mark.parametrize(("param", "value"), [
     ("host", "gpu-node-1"), ("host", "0"), ("host", "99999999999"), ("present", "yes"),
 ])
-def test_it_refuses_a_bad_filter_value_naming_the_filter(api, fleet, param, value):
+def test_it_refuses_a_bad_filter_value_naming_the_filter(api, mixed_fleet, param, value):
     response = api.get(LIST, {param: value})
     assert response.status_code == 400
     assert param in response.json()
 
 
-def test_it_answers_404_for_an_unknown_id(api, fleet):
+def test_it_answers_404_for_an_unknown_id(api, mixed_fleet):
     assert api.get(f"{LIST}999999/").status_code == 404

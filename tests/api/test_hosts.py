@@ -14,12 +14,12 @@ def hostnames(response) -> list[str]:
     return [h["hostname"] for h in response.json()["results"]]
 
 
-def test_it_lists_every_host_in_hostname_order(api, fleet):
+def test_it_lists_every_host_in_hostname_order(api, mixed_fleet):
     assert hostnames(api.get(LIST)) == ["gpu-node-1", "new-node-3", "sim-node-2"]
 
 
-def test_it_describes_a_host_with_its_inventory_and_counts(api, fleet):
-    host = fleet.online_host
+def test_it_describes_a_host_with_its_inventory_and_counts(api, mixed_fleet):
+    host = mixed_fleet.online_host
     body = api.get(f"{LIST}{host.id}/").json()
     assert body == {
         "id": host.id, "hostname": "gpu-node-1", "simulated": False, "online": True,
@@ -33,7 +33,7 @@ def test_it_describes_a_host_with_its_inventory_and_counts(api, fleet):
     assert body["last_seen"].startswith(host.last_seen.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
-def test_it_says_a_host_is_offline_once_its_last_report_is_older_than_the_window(api, fleet):
+def test_it_says_a_host_is_offline_once_its_last_report_is_older_than_the_window(api, mixed_fleet):
     by_name = {h["hostname"]: h for h in api.get(LIST).json()["results"]}
     assert by_name["gpu-node-1"]["online"] is True
     assert by_name["sim-node-2"]["online"] is False
@@ -41,13 +41,13 @@ def test_it_says_a_host_is_offline_once_its_last_report_is_older_than_the_window
     assert by_name["new-node-3"]["last_seen"] is None
 
 
-def test_it_reads_the_online_window_from_settings(api, fleet, settings):
+def test_it_reads_the_online_window_from_settings(api, mixed_fleet, settings):
     settings.PITWALL = {**settings.PITWALL, "ONLINE_WINDOW_S": 24 * 3600}
     assert hostnames(api.get(LIST, {"online": "true"})) == ["gpu-node-1", "sim-node-2"]
 
 
-def test_it_counts_no_gpus_or_engines_for_a_host_without_any(api, fleet):
-    body = api.get(f"{LIST}{fleet.unseen_host.id}/").json()
+def test_it_counts_no_gpus_or_engines_for_a_host_without_any(api, mixed_fleet):
+    body = api.get(f"{LIST}{mixed_fleet.unseen_host.id}/").json()
     assert (body["gpu_count"], body["engine_count"]) == (0, 0)
 
 
@@ -60,18 +60,18 @@ def test_it_counts_no_gpus_or_engines_for_a_host_without_any(api, fleet):
     ({"online": "false"}, ["new-node-3", "sim-node-2"]),
     ({"online": "0", "simulated": "1"}, ["sim-node-2"]),
 ])
-def test_it_filters(api, fleet, query, expected):
+def test_it_filters(api, mixed_fleet, query, expected):
     assert hostnames(api.get(LIST, query)) == expected
 
 
 @pytest.mark.parametrize("param", ["online", "simulated"])
-def test_it_refuses_a_filter_value_that_is_not_a_boolean_naming_the_filter(api, fleet, param):
+def test_it_refuses_a_filter_value_that_is_not_a_boolean_naming_the_filter(api, mixed_fleet, param):
     response = api.get(LIST, {param: "maybe"})
     assert response.status_code == 400
     assert param in response.json()
 
 
-def test_it_pages_with_limit_and_offset_in_a_stable_order(api, fleet):
+def test_it_pages_with_limit_and_offset_in_a_stable_order(api, mixed_fleet):
     first = api.get(LIST, {"limit": 2}).json()
     second = api.get(LIST, {"limit": 2, "offset": 2}).json()
     assert first["count"] == second["count"] == 3
@@ -80,18 +80,18 @@ def test_it_pages_with_limit_and_offset_in_a_stable_order(api, fleet):
     assert first["next"] is not None and second["next"] is None
 
 
-def test_it_caps_the_page_size(api, fleet):
+def test_it_caps_the_page_size(api, mixed_fleet):
     Host.objects.bulk_create(Host(hostname=f"bulk-{i:04d}") for i in range(1005))
     assert len(api.get(LIST, {"limit": 5000}).json()["results"]) == 1000
 
 
-def test_it_answers_404_for_an_unknown_id(api, fleet):
+def test_it_answers_404_for_an_unknown_id(api, mixed_fleet):
     assert api.get(f"{LIST}999999/").status_code == 404
 
 
-def test_it_answers_404_for_an_id_beyond_the_id_column_range(api, fleet):
+def test_it_answers_404_for_an_id_beyond_the_id_column_range(api, mixed_fleet):
     assert api.get(f"{LIST}99999999999/").status_code == 404
 
 
-def test_it_answers_404_for_a_hostname_in_place_of_an_id(api, fleet):
+def test_it_answers_404_for_a_hostname_in_place_of_an_id(api, mixed_fleet):
     assert api.get(f"{LIST}gpu-node-1/").status_code == 404

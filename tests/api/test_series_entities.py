@@ -16,15 +16,15 @@ WINDOW = {"start": T0.isoformat(), "end": (T0 + 4 * MINUTE).isoformat()}
 
 
 @pytest.fixture
-def two_gpus(fleet):
-    second = Gpu.objects.create(host=fleet.online_host, uuid="GPU-3ddd", index=2)
+def two_gpus(mixed_fleet):
+    second = Gpu.objects.create(host=mixed_fleet.online_host, uuid="GPU-3ddd", index=2)
     rows = []
     for i in range(4):
-        rows.append({"gpu_id": fleet.gpu.id, "ts": T0 + i * MINUTE, "util_pct": 10.0 * i,
+        rows.append({"gpu_id": mixed_fleet.gpu.id, "ts": T0 + i * MINUTE, "util_pct": 10.0 * i,
                      "throttle_reasons": [1, 4, 5, 1][i]})
         rows.append({"gpu_id": second.id, "ts": T0 + i * MINUTE, "util_pct": 50.0 + i})
     insert_samples("gpu", rows)
-    return fleet.gpu, second
+    return mixed_fleet.gpu, second
 
 
 def points_by_entity(body: dict) -> dict:
@@ -61,7 +61,7 @@ def test_it_reads_all_entities_with_one_query_of_the_sample_table(api, two_gpus)
         assert len(reads) == 2  # the raw rows (more than max_points), then their buckets
 
 
-def test_host_gives_its_present_gpus_in_index_order(api, fleet, two_gpus):
+def test_host_gives_its_present_gpus_in_index_order(api, mixed_fleet, two_gpus):
     first, second = two_gpus
     body = series(api, metric="gpu.util_pct", host="gpu-node-1", **WINDOW).json()
     # The removed GPU (index 1) is not present any more.
@@ -69,21 +69,21 @@ def test_host_gives_its_present_gpus_in_index_order(api, fleet, two_gpus):
     assert points_by_entity(body)[second.id][0] == [T0.timestamp(), 50.0]
 
 
-def test_host_gives_the_host_itself_for_host_metrics(api, fleet):
-    insert_samples("host", [{"host_id": fleet.online_host.id, "ts": T0, "cpu_pct": 5.0}])
-    body = series(api, metric="host.cpu_pct", host=str(fleet.online_host.id), **WINDOW).json()
+def test_host_gives_the_host_itself_for_host_metrics(api, mixed_fleet):
+    insert_samples("host", [{"host_id": mixed_fleet.online_host.id, "ts": T0, "cpu_pct": 5.0}])
+    body = series(api, metric="host.cpu_pct", host=str(mixed_fleet.online_host.id), **WINDOW).json()
     assert [line["entity"]["hostname"] for line in body["series"]] == ["gpu-node-1"]
     assert body["series"][0]["points"] == [[T0.timestamp(), 5.0]]
 
 
-def test_host_gives_its_present_engines(api, fleet):
-    insert_samples("engine", [{"engine_id": fleet.engine.id, "ts": T0, "up": 1}])
+def test_host_gives_its_present_engines(api, mixed_fleet):
+    insert_samples("engine", [{"engine_id": mixed_fleet.engine.id, "ts": T0, "up": 1}])
     body = series(api, metric="engine.up", host="gpu-node-1", **WINDOW).json()
-    assert [line["entity"]["id"] for line in body["series"]] == [fleet.engine.id]
+    assert [line["entity"]["id"] for line in body["series"]] == [mixed_fleet.engine.id]
 
 
-def test_host_gives_the_processes_seen_in_the_window(api, fleet):
-    host = fleet.online_host.id
+def test_host_gives_the_processes_seen_in_the_window(api, mixed_fleet):
+    host = mixed_fleet.online_host.id
     insert_samples("proc", [
         {"host_id": host, "pid": 9, "ts": T0 + MINUTE, "cpu_pct": 9.0},
         {"host_id": host, "pid": 7, "ts": T0, "cpu_pct": 7.0},

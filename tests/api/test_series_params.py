@@ -12,8 +12,8 @@ START, END = T0.isoformat(), (T0 + timedelta(hours=1)).isoformat()
 
 
 @pytest.fixture
-def good(fleet) -> dict:
-    return {"metric": "gpu.util_pct", "entity": str(fleet.gpu.id), "start": START, "end": END}
+def good(mixed_fleet) -> dict:
+    return {"metric": "gpu.util_pct", "entity": str(mixed_fleet.gpu.id), "start": START, "end": END}
 
 
 @pytest.mark.parametrize(("change", "param"), [
@@ -88,7 +88,7 @@ def test_it_answers_404_naming_an_unknown_host(api, good):
     assert "no-such-host" in response.json()["host"][0]
 
 
-def test_one_unknown_entity_among_several_is_a_404_naming_it(api, good, fleet):
-    response = series(api, **{**good, "entity": f"{fleet.gpu.id},GPU-ffff"})
+def test_one_unknown_entity_among_several_is_a_404_naming_it(api, good, mixed_fleet):
+    response = series(api, **{**good, "entity": f"{mixed_fleet.gpu.id},GPU-ffff"})
     assert response.status_code == 404, response.content
     assert "GPU-ffff" in response.json()["entity"][0]

@@ -55,8 +55,8 @@ def every_tier_reaches_back(db):
     (timedelta(days=90), 1000, "1h", 10800),
 ])
 def test_it_reads_the_coarsest_tier_that_still_gives_max_points(
-        api, fleet, every_tier_reaches_back, span, max_points, resolution, step):
-    body = ask(api, metric="gpu.util_pct", entity=fleet.gpu.id, start=END - span, end=END,
+        api, mixed_fleet, every_tier_reaches_back, span, max_points, resolution, step):
+    body = ask(api, metric="gpu.util_pct", entity=mixed_fleet.gpu.id, start=END - span, end=END,
                max_points=max_points)
     assert (body["resolution"], body["step"]) == (resolution, step)
 

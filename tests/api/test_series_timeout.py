@@ -16,8 +16,8 @@ URL = "/api/v1/series/"
 
 
 @pytest.fixture
-def query(fleet) -> dict:
-    return {"metric": "gpu.util_pct", "entity": str(fleet.gpu.id), "start": T0.isoformat(),
+def query(mixed_fleet) -> dict:
+    return {"metric": "gpu.util_pct", "entity": str(mixed_fleet.gpu.id), "start": T0.isoformat(),
             "end": (T0 + timedelta(hours=1)).isoformat()}
 
 

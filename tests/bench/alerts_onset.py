@@ -145,7 +145,7 @@ def breakdown(name: str, onset: float, arrived: float, ident: str, for_s: int) -
 
 def run(args: argparse.Namespace, env: dict) -> dict:
     from controlplane.alerts.models import AlertRule
-    from tests.live import HookReceiver, RedisServer
+    from tests.support.live import HookReceiver, RedisServer
 
     rng = random.Random(args.seed)
     names = [f"{FAST} {i + 1}" for i in range(args.trials)] + [SLOW]

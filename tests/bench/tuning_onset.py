@@ -45,7 +45,7 @@ def stream(name: str, onset: float) -> tuple[object, str]:
     from agents.sim.scenario_presets import preset
     from controlplane.fleet.tokens import issue_agent_token
     from controlplane.telemetry.ingest.app import IngestApp
-    from tests.telemetry.conftest import AsgiClient
+    from tests.support.asgi import AsgiClient
 
     sick = preset(name)
     sick = replace(sick, host=replace(sick.host, hostname=f"onset-{name.replace('_', '-')}"))

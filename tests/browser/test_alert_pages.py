@@ -3,30 +3,36 @@ firing alert on the alerts page leading to its own page and to a silence prefill
 
 from __future__ import annotations
 
+import pytest
 from django.contrib.auth import get_user_model
 
 from controlplane.accounts.roles import assign_role
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.fleet.models import Gpu, Host
-from tests.browser.conftest import shot
+from tests.browser.helpers import shot
+
+# A browser and real processes: `make test` runs them, `make test-fast` leaves them out;
+# seconds: about what each test takes (slow tests start first, the longest first). The
+# module's tests share one server (conftest.py): in parallel runs, one worker runs them all.
+pytestmark = [pytest.mark.slow(seconds=3), pytest.mark.xdist_group("browser-test_alert_pages")]
 
 
-def busy_and_idle_hosts(stack) -> tuple[Host, Host]:
+def busy_and_idle_hosts(browser_stack) -> tuple[Host, Host]:
     """Two hosts that reported just now: one with its GPUs at 97 %, one at 20 %."""
-    busy, idle = stack.agent("browser-busy-1"), stack.agent("browser-idle-1")
+    busy, idle = browser_stack.agent("browser-busy-1"), browser_stack.agent("browser-idle-1")
     for _ in range(2):
         busy.send(util_pct=97.0)
         idle.send(util_pct=20.0)
     return Host.objects.get(hostname="browser-busy-1"), Host.objects.get(hostname="browser-idle-1")
 
 
-def test_the_rule_editor_previews_what_would_fire_now(page, stack):
-    assign_role(get_user_model().objects.get(username=stack.username), "admin")
-    busy, _ = busy_and_idle_hosts(stack)
+def test_the_rule_editor_previews_what_would_fire_now(page, browser_stack):
+    assign_role(get_user_model().objects.get(username=browser_stack.username), "admin")
+    busy, _ = busy_and_idle_hosts(browser_stack)
     rules_before = AlertRule.objects.count()
 
-    page.goto(f"{stack.base}/alerts/rules/new/")
+    page.goto(f"{browser_stack.base}/alerts/rules/new/")
     page.fill("#id_name", "GPU saturated")
     page.select_option("#id_metric", "gpu.util_pct")
     page.select_option("#id_aggregation", "max")
@@ -50,8 +56,8 @@ def test_the_rule_editor_previews_what_would_fire_now(page, stack):
     assert AlertRule.objects.count() == rules_before and not Alert.objects.exists()
 
 
-def test_a_firing_alert_is_listed_and_links_to_its_page(page, stack):
-    busy, _ = busy_and_idle_hosts(stack)
+def test_a_firing_alert_is_listed_and_links_to_its_page(page, browser_stack):
+    busy, _ = busy_and_idle_hosts(browser_stack)
     rule = AlertRule(name="GPU saturated", metric="gpu.util_pct", aggregation="max",
                      window_s=120, op=">", threshold=90, severity="critical",
                      summary="{host} GPU {gpu_index} at {value:.0f}%")
@@ -61,7 +67,7 @@ def test_a_firing_alert_is_listed_and_links_to_its_page(page, stack):
     alert = Alert.objects.filter(rule=rule, state="firing").order_by("target").first()
     assert alert is not None
 
-    page.goto(f"{stack.base}/alerts/")
+    page.goto(f"{browser_stack.base}/alerts/")
     row = page.locator(f"#alert-table tr[data-alert-id='{alert.id}']")
     assert row.get_attribute("data-state") == "firing"
     assert "browser-busy-1 GPU" in row.inner_text()
@@ -69,7 +75,7 @@ def test_a_firing_alert_is_listed_and_links_to_its_page(page, stack):
     shot(page, "alerts-list")
 
     row.locator("a.rule-name").click()
-    page.wait_for_url(f"{stack.base}/alerts/{alert.id}/")
+    page.wait_for_url(f"{browser_stack.base}/alerts/{alert.id}/")
     assert page.inner_text("#alert-state") == "firing"
     onset = page.locator("#onset a[data-onset-kind='host']")
     assert f"/hosts/{busy.id}/?from=" in onset.get_attribute("href")

@@ -6,13 +6,19 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from django.db import connection
 
 from controlplane.fleet.models import Gpu, Host
 from controlplane.telemetry import partitions
 from controlplane.telemetry.schema import TABLES
-from tests.browser.conftest import ONLINE_WINDOW_S, settle, shot
-from tests.live import wait_until
+from tests.browser.helpers import ONLINE_WINDOW_S, settle, shot
+from tests.support.polling import wait_until
+
+# A browser and real processes: `make test` runs them, `make test-fast` leaves them out;
+# seconds: about what each test takes (slow tests start first, the longest first). The
+# module's tests share one server (conftest.py): in parallel runs, one worker runs them all.
+pytestmark = [pytest.mark.slow(seconds=5), pytest.mark.xdist_group("browser-test_dashboard")]
 
 WEEK = 7 * 86400
 
@@ -21,8 +27,8 @@ def gpu_util_cell(tab, gpu_id: int):
     return tab.locator(f"#fleet-table [data-gpu-id='{gpu_id}'] [data-field='util_pct']")
 
 
-def test_an_operator_sees_a_value_the_agent_pushed_without_reloading(page, stack):
-    agent = stack.agent("browser-host-1")
+def test_an_operator_sees_a_value_the_agent_pushed_without_reloading(page, browser_stack):
+    agent = browser_stack.agent("browser-host-1")
     agent.send(util_pct=11.0)
     page.reload()
     page.wait_for_selector("body[data-ready='1']")
@@ -41,8 +47,8 @@ def test_an_operator_sees_a_value_the_agent_pushed_without_reloading(page, stack
     shot(page, "fleet-after-push")
 
 
-def test_a_host_that_stops_reporting_turns_offline_without_a_reload(page, stack):
-    agent = stack.agent("browser-host-5")
+def test_a_host_that_stops_reporting_turns_offline_without_a_reload(page, browser_stack):
+    agent = browser_stack.agent("browser-host-5")
     agent.send(util_pct=30.0)
     host = Host.objects.get(hostname="browser-host-5")
     page.reload()
@@ -97,12 +103,12 @@ def series_replies(tab) -> SeriesReplies:
     return SeriesReplies(tab)
 
 
-def test_a_host_page_switched_to_7_days_draws_its_charts_from_rollups(page, stack):
-    agent = stack.agent("browser-host-2")
+def test_a_host_page_switched_to_7_days_draws_its_charts_from_rollups(page, browser_stack):
+    agent = browser_stack.agent("browser-host-2")
     agent.send(util_pct=40.0)
     host = Host.objects.get(hostname="browser-host-2")
     load_week_of_history(host)
-    page.goto(f"{stack.base}/hosts/{host.id}/")
+    page.goto(f"{browser_stack.base}/hosts/{host.id}/")
     page.wait_for_selector("body[data-ready='1']")
     replies = series_replies(page)
 
@@ -120,12 +126,12 @@ def test_a_host_page_switched_to_7_days_draws_its_charts_from_rollups(page, stac
     shot(page, "host-7d-from-rollups")
 
 
-def test_dragging_across_a_chart_zooms_into_a_custom_range_kept_in_the_url(page, stack):
-    agent = stack.agent("browser-host-3")
+def test_dragging_across_a_chart_zooms_into_a_custom_range_kept_in_the_url(page, browser_stack):
+    agent = browser_stack.agent("browser-host-3")
     agent.send(util_pct=40.0)
     host = Host.objects.get(hostname="browser-host-3")
     load_week_of_history(host)
-    page.goto(f"{stack.base}/hosts/{host.id}/?range=7d")
+    page.goto(f"{browser_stack.base}/hosts/{host.id}/?range=7d")
     page.wait_for_selector("body[data-ready='1']")
     chart = page.locator("figure[data-metric='gpu.util_pct'] .u-over").first
     chart.scroll_into_view_if_needed()
@@ -149,26 +155,26 @@ def test_dragging_across_a_chart_zooms_into_a_custom_range_kept_in_the_url(page,
     shot(page, "host-zoomed")
 
 
-def test_pages_and_history_work_without_redis_and_live_resumes_when_it_returns(page, stack):
-    agent = stack.agent("browser-host-4")
+def test_pages_and_history_work_without_redis_and_live_resumes_when_it_returns(page, browser_stack):
+    agent = browser_stack.agent("browser-host-4")
     agent.send(util_pct=21.0)
     gpu = Gpu.objects.get(host__hostname="browser-host-4", index=0)
     page.reload()
     wait_until(lambda: page.get_attribute("#live-status", "data-state") == "live", 30,
                lambda: "the page never went live")
 
-    stack.redis.stop()
+    browser_stack.redis.stop()
     wait_until(lambda: page.get_attribute("#live-status", "data-state") != "live", 60,
                lambda: "the indicator still says live with Redis gone")
     assert agent.send(util_pct=22.0)["accepted"] == 1  # ingest does not need Redis
-    page.goto(f"{stack.base}/gpus/{gpu.id}/?range=1h")  # pages and history still work
+    page.goto(f"{browser_stack.base}/gpus/{gpu.id}/?range=1h")  # pages and history still work
     page.wait_for_selector("body[data-ready='1']")
     assert page.locator(".plot[data-state='drawn']").count() > 0
     shot(page, "gpu-page-without-redis")
 
-    page.goto(f"{stack.base}/")
+    page.goto(f"{browser_stack.base}/")
     page.wait_for_selector("body[data-ready='1']")
-    stack.redis.start()
+    browser_stack.redis.start()
     wait_until(lambda: page.get_attribute("#live-status", "data-state") == "live", 90,
                lambda: f"live never resumed: {page.get_attribute('#live-status', 'data-state')}")
 

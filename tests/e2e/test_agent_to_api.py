@@ -10,12 +10,17 @@ from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Engine, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from tests.live import Process, free_port, sim_agent, start_server, wait_until
+from tests.support.live import Process, free_port, sim_agent, start_server
+from tests.support.polling import wait_until
 from tests.support.roles import user_with_role
+
+# Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
+# out; seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=5)
 
 
 @pytest.fixture
-def stack(empty_samples, tmp_path, django_user_model):
+def agent_stack(empty_samples, tmp_path, django_user_model):
     user_with_role("operator", "viewer")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('operator')}")
@@ -42,8 +47,8 @@ def series(api, metric: str, entity, **params) -> list:
     return one["points"]
 
 
-def test_samples_from_a_real_agent_come_back_through_the_api(stack):
-    api, agent = stack
+def test_samples_from_a_real_agent_come_back_through_the_api(agent_stack):
+    api, agent = agent_stack
     host = wait_until(lambda: Host.objects.filter(hostname="e2e-host", last_seen__isnull=False)
                       .first(), 60, agent.output)
     assert host.simulated

@@ -18,6 +18,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from django.db import connection
 
 from controlplane.alerts.delivery import service
@@ -27,7 +28,12 @@ from controlplane.alerts.silences import create_silence
 from controlplane.fleet.models import Gpu, Host
 from controlplane.telemetry import partitions
 from controlplane.telemetry.schema import TABLES
-from tests.live import ROOT, HookReceiver, Process, RedisServer, server_env, wait_until
+from tests.support.live import ROOT, HookReceiver, Process, RedisServer, server_env
+from tests.support.polling import wait_until
+
+# Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
+# out; seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=25)
 
 SECRET = "whsec-e2e-celery-7d41"
 HOT, SILENCED = "E2E GPU hot", "E2E GPU power (silenced)"

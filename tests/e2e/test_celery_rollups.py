@@ -10,12 +10,18 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
 from django.db import connection
 
 from controlplane.fleet.models import Gpu, Host
 from controlplane.telemetry import partitions
 from controlplane.telemetry.rollups import TABLES as ROLLUPS
-from tests.live import Process, RedisServer, server_env, wait_until
+from tests.support.live import Process, RedisServer, server_env
+from tests.support.polling import wait_until
+
+# Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
+# out; seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=8)
 
 
 def rolled_minute(gpu_id: int, minute: int):

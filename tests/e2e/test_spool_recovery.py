@@ -4,10 +4,16 @@ in order."""
 
 from __future__ import annotations
 
+import pytest
 from django.db import connection
 
 from controlplane.fleet.tokens import issue_agent_token
-from tests.live import Process, free_port, sim_agent, start_server, wait_until
+from tests.support.live import Process, free_port, sim_agent, start_server
+from tests.support.polling import wait_until
+
+# Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
+# out; seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=10)
 
 
 def agent(port: int, token_file, spool, log) -> Process:

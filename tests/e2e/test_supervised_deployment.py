@@ -11,12 +11,17 @@ from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from tests.live import free_port, sim_agent, start_server, wait_until
+from tests.support.live import free_port, sim_agent, start_server
+from tests.support.polling import wait_until
 from tests.support.roles import user_with_role
+
+# Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
+# out; seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=12)
 
 
 @pytest.fixture
-def stack(empty_samples, tmp_path):
+def supervised_stack(empty_samples, tmp_path):
     user_with_role("lead", "deployer")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issue_api_token('lead')}")
@@ -44,8 +49,8 @@ def reported(pk: int, revision: int):
     return d if d and d.pid else None
 
 
-def test_a_deployment_runs_reports_changes_gracefully_and_stops(stack):
-    api, agent = stack
+def test_a_deployment_runs_reports_changes_gracefully_and_stops(supervised_stack):
+    api, agent = supervised_stack
     host = Host.objects.get(hostname="supervised-host")
     wait_until(lambda: Gpu.objects.filter(host=host).count() == 2, 60, agent.output)
     port = free_port()

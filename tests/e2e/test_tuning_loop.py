@@ -13,7 +13,8 @@ import pytest
 from controlplane.fleet.models import Deployment, Gpu, Host
 from controlplane.tuning import service
 from controlplane.tuning.models import Suggestion
-from tests.live import free_port, sim_agent, start_server, wait_until
+from tests.support.live import free_port, sim_agent, start_server
+from tests.support.polling import wait_until
 from tests.tuning.loop import (
     agent_token_file,
     rolled_up_follow_up,
@@ -22,9 +23,13 @@ from tests.tuning.loop import (
     staff_api,
 )
 
+# Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
+# out; seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=220)
+
 
 @pytest.fixture
-def stack(empty_samples, tmp_path, settings):
+def tuning_stack(empty_samples, tmp_path, settings):
     short_windows(settings)
     api = staff_api()
     token_file = agent_token_file(tmp_path, "tuned-host")
@@ -37,8 +42,8 @@ def stack(empty_samples, tmp_path, settings):
     server.stop()
 
 
-def test_accept_apply_verify_through_a_real_agent(stack):
-    api, agent = stack
+def test_accept_apply_verify_through_a_real_agent(tuning_stack):
+    api, agent = tuning_stack
     host = Host.objects.get(hostname="tuned-host")
     wait_until(lambda: Gpu.objects.filter(host=host).exists(), 60, agent.output)
     made = api.post("/api/v1/deployments/", {

@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.live import Process, free_port, wait_until
+from tests.support.live import Process, free_port
+from tests.support.polling import wait_until
 
 VERSION = "0.32.0"
 # Real model loads take 25-90 s on 2 busy cores; the deadline only turns a hang into a failure.

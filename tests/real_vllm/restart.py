@@ -22,8 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agents.supervisor import Supervisor
 from agents.supervisor.process import TAIL_LINES
-from tests.live import free_port, wait_until
 from tests.real_vllm.engine import BASE_ARGS, Install, engine_vars, post_json, stream_tokens
+from tests.support.live import free_port
+from tests.support.polling import wait_until
 
 TICK_S = 0.5  # the agent's loop ticks about once a second
 DEADLINE_S = 300  # only turns a hang into a failure
@@ -38,16 +39,22 @@ def spec(found: Install, workdir: Path, port: int, revision: int, drain_s: int =
 
 
 def tick_until(sup: Supervisor, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
+    """Tick like the agent's loop until the status is ``done``; a backoff fails at once."""
+
+    def stuck(status: dict[str, Any]) -> str:
+        return (f"supervisor stuck in {status['state']}: {status['error']}\n"
+                + "\n".join(status["log_tail"][-30:]))
+
+    def check() -> dict[str, Any] | None:
         sup.tick()
         [status] = sup.status()
         if done(status):
             return status
-        if time.monotonic() > deadline or status["state"] == "backing_off":
-            raise AssertionError(f"supervisor stuck in {status['state']}: {status['error']}\n"
-                                 + "\n".join(status["log_tail"][-30:]))
-        time.sleep(TICK_S)
+        if status["state"] == "backing_off":
+            raise AssertionError(stuck(status))
+        return None
+
+    return wait_until(check, DEADLINE_S, lambda: stuck(sup.status()[0]), every=TICK_S)
 
 
 def ready(revision: int) -> Callable[[dict[str, Any]], bool]:

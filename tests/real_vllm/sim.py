@@ -8,7 +8,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.live import Process, free_port, wait_until
+from tests.support.live import Process, free_port
+from tests.support.polling import wait_until
 
 MODEL = "pitwall-tiny-llama"
 

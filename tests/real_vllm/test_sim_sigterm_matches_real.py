@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import wait_until
 from tests.real_vllm.engine import RealVllm, post_json
 from tests.real_vllm.restart import admitted
 from tests.real_vllm.sim import MODEL, SimVllm
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.real_vllm
 REQUESTS, TOKENS = 4, 300

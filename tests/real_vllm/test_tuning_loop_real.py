@@ -18,8 +18,9 @@ from rest_framework.test import APIClient
 from controlplane.fleet.models import Deployment, Host
 from controlplane.tuning import service
 from controlplane.tuning.models import Suggestion
-from tests.live import Process, free_port, start_server, wait_until
 from tests.real_vllm.engine import VERSION, Stream, engine_vars, stream_tokens
+from tests.support.live import Process, free_port, start_server
+from tests.support.polling import wait_until
 from tests.tuning.loop import (
     agent_token_file,
     rolled_up_follow_up,
@@ -93,7 +94,7 @@ class Load:
 
 
 @pytest.fixture
-def stack(empty_samples, tmp_path, settings, vllm_install):
+def real_tuning_stack(empty_samples, tmp_path, settings, vllm_install):
     short_windows(settings)
     api = staff_api()
     token_file = agent_token_file(tmp_path, "cpu-host")
@@ -132,8 +133,8 @@ def deploy(api: APIClient, host: Host, model: Path, workdir: Path) -> int:
 
 
 def test_kv_pressure_found_accepted_applied_without_loss_and_verified_on_a_real_engine(
-        stack, vllm_install, tmp_path):
-    api, agent = stack
+        real_tuning_stack, vllm_install, tmp_path):
+    api, agent = real_tuning_stack
     host = wait_until(lambda: Host.objects.filter(hostname="cpu-host").first(), 60, agent.output)
     pk = deploy(api, host, vllm_install.model, tmp_path / "engine")
     wait_until(lambda: Deployment.objects.filter(pk=pk, state="ready").exists(), 300,

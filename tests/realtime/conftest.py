@@ -12,13 +12,8 @@ import pytest
 import redis
 
 from controlplane.fleet.tokens import issue_agent_token
-from tests.realtime.helpers import session_headers
-from tests.telemetry.conftest import AsgiClient
-
-
-def redis_layer(url: str, prefix: str) -> dict:
-    return {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                        "CONFIG": {"hosts": [url], "prefix": prefix}}}
+from tests.realtime.helpers import redis_layer, session_headers
+from tests.support.asgi import AsgiClient
 
 
 @pytest.fixture
@@ -65,6 +60,6 @@ def agents(transactional_db) -> dict[str, str]:
 
 
 @pytest.fixture
-def signed_in(transactional_db) -> list[tuple[bytes, bytes]]:
+def session_handshake(transactional_db) -> list[tuple[bytes, bytes]]:
     """Handshake headers of a signed-in browser on this site: session cookie and Origin."""
     return session_headers("olivia")

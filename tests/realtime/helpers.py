@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import threading
+import time
 
 import orjson
 from asgiref.sync import async_to_sync
@@ -19,6 +21,7 @@ from django.test import Client
 
 from controlplane.asgi import application
 from tests.support.roles import user_with_role
+from tests.telemetry.factories import batch, sample
 
 DEADLINE_S = 10  # only so that a broken build fails instead of hanging; never asserted on
 
@@ -102,14 +105,6 @@ async def subscribe(socket: Socket, *groups) -> dict:
     return await socket.receive_json()
 
 
-async def until(check, explain: str) -> None:
-    """Poll ``check`` without blocking this loop (the deadline only stops a broken build)."""
-    async with asyncio.timeout(DEADLINE_S):
-        while not check():
-            await asyncio.sleep(0.01)
-    assert check(), explain
-
-
 async def on_ingest_loop(ingest, coro):
     """Await a coroutine on the ingest app's own loop without blocking this one."""
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, ingest.loop))
@@ -130,3 +125,18 @@ def session_headers(username: str, role: str | None = "viewer") -> list[tuple[by
     browser.force_login(user)
     cookie = browser.cookies["sessionid"].value
     return [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://testserver")]
+
+
+def redis_layer(url: str, prefix: str) -> dict:
+    """A Redis channel layer on ``url`` whose keys start with ``prefix``."""
+    return {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                        "CONFIG": {"hosts": [url], "prefix": prefix}}}
+
+
+_clock = itertools.count()
+
+
+def body(hostname: str) -> dict:
+    """A one-sample batch of ``hostname`` with a timestamp no other batch of the test has."""
+    ts = time.time() - 60 + next(_clock) / 10
+    return batch(samples=[sample(ts, hostname=hostname)], hostname=hostname)

@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-import itertools
-import time
-
 import pytest
 
 from controlplane.fleet.models import Engine, Gpu, Host
 from controlplane.telemetry.series.histograms import histogram_quantile
 from tests.realtime.helpers import (
+    body,
     open_socket,
     post,
     refresh_interest,
     subscribe,
     synchronously,
-    until,
 )
-from tests.telemetry.factories import batch, sample
-
-_clock = itertools.count()
-
-
-def body(hostname: str) -> dict:
-    """A one-sample batch of ``hostname`` with a timestamp no other batch of the test has."""
-    ts = time.time() - 60 + next(_clock) / 10
-    return batch(samples=[sample(ts, hostname=hostname)], hostname=hostname)
+from tests.support.polling import await_until
 
 
 @pytest.fixture
-def fleet(live_ingest, agents) -> dict:
+def reported_hosts(live_ingest, agents) -> dict:
     """Both hosts have reported once (inventory: GPUs and engines exist); nobody watched."""
     for hostname, token in agents.items():
         code, reply = live_ingest.post(body(hostname), token)
@@ -41,13 +30,13 @@ def fleet(live_ingest, agents) -> dict:
 
 
 def test_a_batch_reaches_a_subscribed_socket_as_host_engine_and_fleet_events(
-        live_ingest, agents, fleet, signed_in):
-    node = fleet["gpu-node-1"]
+        live_ingest, agents, reported_hosts, session_handshake):
+    node = reported_hosts["gpu-node-1"]
     sent = body("gpu-node-1")
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         await subscribe(socket, "fleet", f"host:{node['host']}", f"engine:{node['engine']}")
         await refresh_interest(live_ingest)
         assert (await post(live_ingest, sent, agents["gpu-node-1"]))[0] == 200
@@ -86,15 +75,16 @@ def test_a_batch_reaches_a_subscribed_socket_as_host_engine_and_fleet_events(
 
 
 def test_a_new_subscription_is_seen_without_waiting_for_the_next_interest_read(
-        live_ingest, agents, fleet, signed_in):
-    node = fleet["gpu-node-1"]  # the publisher re-reads interest only hourly in these tests
+        live_ingest, agents, reported_hosts, session_handshake):
+    # the publisher re-reads interest only hourly in these tests
+    node = reported_hosts["gpu-node-1"]
     publisher = live_ingest.app.listeners[0]  # the live publisher (asgi.ingest_app)
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         await subscribe(socket, f"engine:{node['engine']}")
-        await until(lambda: publisher.watches(f"engine.{node['engine']}"),
+        await await_until(lambda: publisher.watches(f"engine.{node['engine']}"),
                     "the publisher never noticed the subscription")
         await post(live_ingest, body("gpu-node-1"), agents["gpu-node-1"])
         event = await socket.receive_json()
@@ -104,13 +94,14 @@ def test_a_new_subscription_is_seen_without_waiting_for_the_next_interest_read(
     assert (scenario()["type"], publisher.watches(f"host.{node['host']}")) == ("engine", False)
 
 
-def test_a_socket_watching_one_host_gets_nothing_of_another(live_ingest, agents, fleet,
-                                                            signed_in):
-    one, two = fleet["gpu-node-1"]["host"], fleet["gpu-node-2"]["host"]
+def test_a_socket_watching_one_host_gets_nothing_of_another(
+        live_ingest, agents, reported_hosts, session_handshake):
+    one, two = reported_hosts["gpu-node-1"]["host"], reported_hosts["gpu-node-2"]["host"]
 
     @synchronously
     async def scenario():
-        watches_one, watches_two = await open_socket(signed_in), await open_socket(signed_in)
+        watches_one = await open_socket(session_handshake)
+        watches_two = await open_socket(session_handshake)
         await subscribe(watches_one, f"host:{one}")
         await subscribe(watches_two, f"host:{two}")
         await refresh_interest(live_ingest)
@@ -128,7 +119,7 @@ def test_a_socket_watching_one_host_gets_nothing_of_another(live_ingest, agents,
 
 
 def test_the_fleet_summary_goes_out_at_most_once_per_interval(
-        live_settings, make_ingest, agents, signed_in):
+        live_settings, make_ingest, agents, session_handshake):
     live_settings.PITWALL = {**live_settings.PITWALL, "LIVE_FLEET_INTERVAL_MS": 3_600_000}
     ingest = make_ingest()
     for hostname, token in agents.items():
@@ -138,7 +129,7 @@ def test_the_fleet_summary_goes_out_at_most_once_per_interval(
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         await subscribe(socket, "fleet", f"host:{one}", f"host:{two}")
         await refresh_interest(ingest)
         seen = []
@@ -155,10 +146,10 @@ def test_the_fleet_summary_goes_out_at_most_once_per_interval(
 
 
 def test_a_fleet_summary_carries_only_the_hosts_that_reported_since_the_last_one(
-        live_ingest, agents, fleet, signed_in):
+        live_ingest, agents, reported_hosts, session_handshake):
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         await subscribe(socket, "fleet")
         await refresh_interest(live_ingest)
         summaries = []
@@ -169,5 +160,5 @@ def test_a_fleet_summary_carries_only_the_hosts_that_reported_since_the_last_one
         return summaries
 
     summaries = scenario()
-    one, two = fleet["gpu-node-1"]["host"], fleet["gpu-node-2"]["host"]
+    one, two = reported_hosts["gpu-node-1"]["host"], reported_hosts["gpu-node-2"]["host"]
     assert [[h["id"] for h in s["hosts"]] for s in summaries] == [[one], [two], [two]]

@@ -5,17 +5,17 @@ from __future__ import annotations
 import logging
 
 from controlplane.fleet.models import Host
-from tests.live import free_port
-from tests.realtime.conftest import redis_layer
 from tests.realtime.helpers import (
+    body,
     open_socket,
     post,
+    redis_layer,
     refresh_interest,
     subscribe,
     synchronously,
-    until,
 )
-from tests.realtime.test_live_events import body
+from tests.support.live import free_port
+from tests.support.polling import await_until
 from tests.telemetry.factories import stored_rows
 
 PUBLISHER = "controlplane.realtime.publisher"
@@ -53,7 +53,7 @@ def test_ingest_stores_and_answers_while_redis_is_unreachable(live_settings, mak
 
 
 def test_live_push_pauses_when_redis_goes_away_and_resumes_when_it_returns(
-        live_settings, live_ingest, agents, signed_in, caplog):
+        live_settings, live_ingest, agents, session_handshake, caplog):
     caplog.set_level(logging.INFO, logger=PUBLISHER)
     token = agents["gpu-node-1"]
     live_ingest.post(body("gpu-node-1"), token)
@@ -63,14 +63,14 @@ def test_live_push_pauses_when_redis_goes_away_and_resumes_when_it_returns(
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)  # keeps its own connection to the real Redis
+        socket = await open_socket(session_handshake)  # keeps its own connection to the real Redis
         await subscribe(socket, f"host:{host}")
         await refresh_interest(live_ingest)
         assert (await post(live_ingest, batches[0], token))[0] == 200
         before = await socket.receive_json()
         working = point_the_layer_at_a_closed_port(live_settings)
         during = [(await post(live_ingest, b, token))[0] for b in batches[1:3]]
-        await until(lambda: publisher.down, "the publisher never saw the outage")
+        await await_until(lambda: publisher.down, "the publisher never saw the outage")
         live_settings.CHANNEL_LAYERS = working  # Redis "returns"
         await refresh_interest(live_ingest)
         assert (await post(live_ingest, batches[3], token))[0] == 200

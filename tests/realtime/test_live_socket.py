@@ -43,23 +43,23 @@ def test_a_signed_in_user_without_a_role_is_closed_with_4403(live_settings, tran
     assert scenario() == {"type": "websocket.close", "code": 4403}
 
 
-def test_a_socket_from_another_site_is_refused(live_settings, signed_in):
+def test_a_socket_from_another_site_is_refused(live_settings, session_handshake):
     @synchronously
     async def scenario():
-        headers = [h for h in signed_in if h[0] != b"origin"] + [(b"origin", b"https://evil.io")]
+        headers = [h for h in session_handshake if h[0] != b"origin"] + [(b"origin", b"https://evil.io")]
         return await Socket(headers).connect()
 
     assert scenario()["type"] == "websocket.close"
 
 
 def test_a_signed_in_socket_subscribes_to_the_fleet_a_host_and_an_engine(live_settings,
-                                                                         signed_in):
+                                                                         session_handshake):
     host = Host.objects.create(hostname="gpu-node-1")
     engine = Engine.objects.create(host=host, name="vllm:8000/0")
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         reply = await subscribe(socket, "fleet", f"host:{host.id}", f"engine:{engine.id}")
         await socket.close()
         return reply
@@ -69,12 +69,12 @@ def test_a_signed_in_socket_subscribes_to_the_fleet_a_host_and_an_engine(live_se
 
 
 def test_unknown_groups_and_missing_hosts_and_engines_are_denied_with_a_reason(
-        live_settings, signed_in):
+        live_settings, session_handshake):
     host = Host.objects.create(hostname="gpu-node-1")
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         reply = await subscribe(socket, f"host:{host.id}", "host:999999", "engine:999999",
                                 "gpu:1", "host:abc", "everything", 7)
         await socket.close()
@@ -89,12 +89,12 @@ def test_unknown_groups_and_missing_hosts_and_engines_are_denied_with_a_reason(
     }
 
 
-def test_a_socket_may_watch_at_most_the_group_limit(live_settings, signed_in):
+def test_a_socket_may_watch_at_most_the_group_limit(live_settings, session_handshake):
     hosts = Host.objects.bulk_create([Host(hostname=f"h{i}") for i in range(MAX_GROUPS + 2)])
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         reply = await subscribe(socket, *(f"host:{h.id}" for h in hosts))
         await socket.close()
         return reply
@@ -105,12 +105,12 @@ def test_a_socket_may_watch_at_most_the_group_limit(live_settings, signed_in):
     assert set(reply["denied"].values()) == {f"more than {MAX_GROUPS} groups on one socket"}
 
 
-def test_a_new_subscribe_replaces_the_previous_set(live_settings, signed_in):
+def test_a_new_subscribe_replaces_the_previous_set(live_settings, session_handshake):
     first, second = (Host.objects.create(hostname=n) for n in ("a", "b"))
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         await subscribe(socket, "fleet", f"host:{first.id}")
         reply = await subscribe(socket, f"host:{second.id}")
         await socket.close()
@@ -119,10 +119,10 @@ def test_a_new_subscribe_replaces_the_previous_set(live_settings, signed_in):
     assert scenario()["groups"] == [f"host:{second.id}"]
 
 
-def test_a_ping_is_answered_with_the_server_time(live_settings, signed_in):
+def test_a_ping_is_answered_with_the_server_time(live_settings, session_handshake):
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         await socket.send_json({"type": "ping"})
         reply = await socket.receive_json()
         await socket.close()
@@ -133,10 +133,10 @@ def test_a_ping_is_answered_with_the_server_time(live_settings, signed_in):
 
 
 def test_a_message_it_does_not_understand_gets_an_error_and_the_socket_stays_open(
-        live_settings, signed_in):
+        live_settings, session_handshake):
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         replies = []
         for text in ("not json", '{"type": "dance"}', '{"type": "subscribe", "groups": "x"}'):
             await socket.send_text(text)
@@ -151,12 +151,12 @@ def test_a_message_it_does_not_understand_gets_an_error_and_the_socket_stays_ope
     assert errors[2:] == ["groups must be a list", "pong"]
 
 
-def test_a_socket_whose_session_ended_is_closed_at_its_next_ping(live_settings, signed_in):
+def test_a_socket_whose_session_ended_is_closed_at_its_next_ping(live_settings, session_handshake):
     sign_out_everyone = database_sync_to_async(lambda: Session.objects.all().delete())
 
     @synchronously
     async def scenario():
-        socket = await open_socket(signed_in)
+        socket = await open_socket(session_handshake)
         await sign_out_everyone()
         await socket.send_json({"type": "ping"})
         closed = await socket.receive_output(DEADLINE_S)

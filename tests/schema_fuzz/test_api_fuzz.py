@@ -21,7 +21,7 @@ from controlplane.accounts.roles import ORDER
 from controlplane.alerts.models import Alert, AlertRule, Silence
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from tests.live import free_port, start_server
+from tests.support.live import free_port, start_server
 from tests.support.roles import user_with_role
 
 pytestmark = pytest.mark.schema_fuzz
@@ -29,7 +29,7 @@ EXAMPLES = os.environ.get("PITWALL_FUZZ_EXAMPLES", "15")
 
 
 @pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker, tmp_path_factory):
+def fuzz_server(django_db_setup, django_db_blocker, tmp_path_factory):
     """One server on the test database, with objects for the detail endpoints to find."""
     with django_db_blocker.unblock():
         seed()
@@ -68,8 +68,8 @@ def seed() -> None:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("who", [*ORDER, "no role", "agent"])
-def test_no_input_makes_a_server_error(server, who, tmp_path: Path):
-    base, schema, tokens, log = server
+def test_no_input_makes_a_server_error(fuzz_server, who, tmp_path: Path):
+    base, schema, tokens, log = fuzz_server
     done = subprocess.run(
         [str(Path(sys.executable).with_name("schemathesis")), "run", str(schema),
          "--url", base, "--checks", "not_a_server_error",

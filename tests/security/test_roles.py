@@ -12,7 +12,7 @@ from controlplane.accounts.roles import ORDER, holds, role_of, sync_roles
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.fleet.models import Host
 from controlplane.fleet.tokens import issue_api_token
-from tests.conftest import bearer_client
+from tests.support.clients import bearer_client
 from tests.support.roles import user_with_role
 
 RULE = {"name": "GPU hot", "metric": "gpu.temp_c", "aggregation": "max", "window_s": 30,

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from controlplane.fleet.models import AgentToken, ApiToken
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from tests.conftest import bearer_client
+from tests.support.clients import bearer_client
 from tests.support.roles import user_with_role
 
 

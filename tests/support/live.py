@@ -14,7 +14,9 @@ from pathlib import Path
 
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.polling import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -88,19 +90,6 @@ def _answers(url: str) -> bool:
         return False
 
 
-def wait_until(check, timeout: float, explain=lambda: "condition not met", every=0.2):
-    """Poll ``check`` until it returns something truthy (no wall-clock assertion: a deadline
-    that only exists so that a broken build fails instead of hanging)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(explain())
-        time.sleep(every)
-
-
 class RedisServer:
     """A private redis-server on a free port that a test may stop and start again."""
 
@@ -127,6 +116,9 @@ class RedisServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def _answers(self) -> bool:
         import redis

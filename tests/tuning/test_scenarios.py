@@ -15,8 +15,11 @@ from controlplane.fleet.models import Host
 from controlplane.fleet.tokens import issue_agent_token
 from controlplane.tuning import service
 from controlplane.tuning.models import Suggestion
-from tests.telemetry.conftest import ingest  # noqa: F401 -- fixture
 from tests.tuning.telemetry import declare, roll_up
+
+# Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
+# out; seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=6)
 
 MINUTES = 12  # the 10-minute window and the minutes the rollups have not settled
 INTERVAL_S = 5.0  # a sample every 5 s: the same rollups at a fifth of the simulation's cost
@@ -35,7 +38,7 @@ EXPECTED = {
 }
 
 
-def stream(ingest, scenario: Scenario) -> Host:  # noqa: F811 -- the fixture
+def stream(ingest, scenario: Scenario) -> Host:
     token, host = issue_agent_token(scenario.host.hostname)
     for batch in simulate(scenario, MINUTES, time.time() - 1, INTERVAL_S):
         code, reply = ingest.post(batch, token)
@@ -45,7 +48,7 @@ def stream(ingest, scenario: Scenario) -> Host:  # noqa: F811 -- the fixture
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_a_tuning_pass_finds_what_each_scenario_shows(name, ingest, settings):  # noqa: F811
+def test_a_tuning_pass_finds_what_each_scenario_shows(name, ingest, settings):
     # Over-provisioning reads an hour; the idle scenario simulates the last ten minutes of it.
     settings.PITWALL = {**settings.PITWALL, "TUNING_IDLE_WINDOW_S": 600}
     scenario = preset(name)

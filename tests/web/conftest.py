@@ -1,5 +1,6 @@
-"""A signed-in operator and a small fleet for the page tests: one online host with two GPUs on
-two NUMA nodes, an engine and its vLLM process, and a simulated host that went silent."""
+"""The page tests' users and fleet: ``operator_client`` (an operator, signed in) and ``lead``
+(an admin, signed in); ``page_fleet``: one online host with two GPUs on two NUMA nodes, an
+engine and its vLLM process, and a simulated host that went silent."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.support.roles import user_with_role
 
 
 @dataclass
-class Fleet:
+class PageFleet:
     host: Host
     gpu0: Gpu
     gpu1: Gpu
@@ -42,14 +43,14 @@ def lead(db) -> Client:
 
 
 @pytest.fixture
-def signed_in(operator) -> Client:
+def operator_client(operator) -> Client:
     client = Client()
     client.force_login(operator)
     return client
 
 
 @pytest.fixture
-def fleet(db) -> Fleet:
+def page_fleet(db) -> PageFleet:
     now = timezone.now()
     silent = now - timedelta(seconds=settings.PITWALL["ONLINE_WINDOW_S"] + 60)
     host = Host.objects.create(
@@ -69,28 +70,28 @@ def fleet(db) -> Fleet:
                                  name="Simulated H100")
     sim_engine = Engine.objects.create(host=sim_host, name="vllm:8000/0", simulated=True,
                                        gpu_uuids=["GPU-sim-0"], last_seen=silent)
-    return Fleet(host, gpu0, gpu1, engine, sim_host, sim_gpu, sim_engine)
+    return PageFleet(host, gpu0, gpu1, engine, sim_host, sim_gpu, sim_engine)
 
 
 @pytest.fixture
-def latest_samples(fleet: Fleet) -> Fleet:
+def latest_samples(page_fleet: PageFleet) -> PageFleet:
     """One fresh sample of each entity of the online host; its process runs on NUMA node 0
     while its engine's GPU sits on node 1."""
     ts = timezone.now() - timedelta(seconds=2)
-    h = fleet.host.id
+    h = page_fleet.host.id
     insert_samples("host", [{"host_id": h, "ts": ts, "cpu_pct": 37.5, "cpu_core_pct": [30.0] * 8,
                              "mem_used_bytes": 24 * 2**30, "mem_total_bytes": 64 * 2**30}])
     insert_samples("gpu", [
-        {"gpu_id": fleet.gpu0.id, "ts": ts, "util_pct": 91.0, "mem_used_bytes": 60 * 2**30,
+        {"gpu_id": page_fleet.gpu0.id, "ts": ts, "util_pct": 91.0, "mem_used_bytes": 60 * 2**30,
          "mem_total_bytes": 80 * 2**30, "temp_c": 64.0, "power_w": 512.0,
          "power_limit_w": 700.0, "throttle_reasons": 0x4 | 0x40},
-        {"gpu_id": fleet.gpu1.id, "ts": ts, "util_pct": 12.0, "mem_used_bytes": 8 * 2**30,
+        {"gpu_id": page_fleet.gpu1.id, "ts": ts, "util_pct": 12.0, "mem_used_bytes": 8 * 2**30,
          "mem_total_bytes": 80 * 2**30, "throttle_reasons": 0},
     ])
-    insert_samples("engine", [{"engine_id": fleet.engine.id, "ts": ts, "up": 1,
+    insert_samples("engine", [{"engine_id": page_fleet.engine.id, "ts": ts, "up": 1,
                                "requests_running": 7, "requests_waiting": 3,
                                "kv_cache_usage": 0.42}])
-    insert_samples("proc", [{"host_id": h, "pid": 4242, "ts": ts, "engine_id": fleet.engine.id,
+    insert_samples("proc", [{"host_id": h, "pid": 4242, "ts": ts, "engine_id": page_fleet.engine.id,
                              "cpu_pct": 99.0, "rss_bytes": 3 * 2**30, "threads": 60,
                              "cpu_affinity": [0, 1, 2, 3], "numa_nodes": [0]}])
-    return fleet
+    return page_fleet

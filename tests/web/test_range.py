@@ -49,16 +49,17 @@ def selected(html: str) -> list[str]:
     return re.findall(r'data-range="([^"]+)" class="selected" aria-current="true"', html)
 
 
-def test_the_picker_marks_the_range_of_the_url(signed_in, fleet):
-    html = signed_in.get(host_path(fleet.host), {"range": "7d"}).content.decode()
+def test_the_picker_marks_the_range_of_the_url(operator_client, page_fleet):
+    html = operator_client.get(host_path(page_fleet.host), {"range": "7d"}).content.decode()
     assert selected(html) == ["7d"]
     assert 'id="range-picker" data-range="7d"' in html
-    html = signed_in.get(f"/engines/{fleet.engine.id}/").content.decode()
+    html = operator_client.get(f"/engines/{page_fleet.engine.id}/").content.decode()
     assert selected(html) == ["live"]
 
 
-def test_a_custom_range_is_marked_and_handed_to_the_scripts(signed_in, fleet):
-    response = signed_in.get(f"/gpus/{fleet.gpu0.id}/", {"from": "1772400000", "to": "1772403600"})
+def test_a_custom_range_is_marked_and_handed_to_the_scripts(operator_client, page_fleet):
+    response = operator_client.get(f"/gpus/{page_fleet.gpu0.id}/",
+                                   {"from": "1772400000", "to": "1772403600"})
     html = response.content.decode()
     assert ('id="range-picker" data-range="custom" data-from="1772400000" '
             'data-to="1772403600"') in html

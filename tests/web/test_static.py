@@ -10,25 +10,25 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.templatetags.static import static
 
-from tests.live import ROOT
+from tests.support.live import ROOT
 
 WEB_STATIC = ROOT / "controlplane" / "web" / "static" / "web"
 UPLOT = ["vendor/uplot/uPlot.esm.js", "vendor/uplot/uPlot.min.css"]
 
 
 @pytest.mark.parametrize("page", ["host", "engine", "gpu"])
-def test_every_chart_page_links_uplot_and_its_own_module(signed_in, fleet, page):
-    ids = {"host": fleet.host.id, "engine": fleet.engine.id, "gpu": fleet.gpu0.id}
-    html = signed_in.get(f"/{page}s/{ids[page]}/").content.decode()
+def test_every_chart_page_links_uplot_and_its_own_module(operator_client, page_fleet, page):
+    ids = {"host": page_fleet.host.id, "engine": page_fleet.engine.id, "gpu": page_fleet.gpu0.id}
+    html = operator_client.get(f"/{page}s/{ids[page]}/").content.decode()
     for name in UPLOT:
         assert static(name) in html
     assert f'<script type="module" src="{static(f"web/{page}.js")}">' in html
 
 
 @pytest.mark.parametrize("name", [*UPLOT, "web/fleet.js", "web/pitwall.css"])
-def test_the_static_files_resolve_without_collectstatic(signed_in, name):
+def test_the_static_files_resolve_without_collectstatic(operator_client, name):
     assert finders.find(name), f"{name} not found: run `npm ci` (make install does)"
-    response = signed_in.get(static(name))
+    response = operator_client.get(static(name))
     assert response.status_code == 200
     assert b"".join(response.streaming_content if response.streaming else [response.content])
 

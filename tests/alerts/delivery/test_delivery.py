@@ -9,8 +9,7 @@ import pytest
 from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.dispatch import dispatch
 from controlplane.alerts.delivery.models import Channel, DeliveryState, Notification
-
-from .conftest import at, cycle, fire
+from tests.alerts.delivery.helpers import at, cycle, fire
 
 
 def accepted_ids(receiver, since: int) -> list[str]:

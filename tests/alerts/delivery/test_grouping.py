@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from controlplane.alerts.delivery.dispatch import dispatch
 from controlplane.alerts.delivery.models import Notification, NotificationGroup, Route
-
-from .conftest import at, cycle, fire, payloads, resolve
+from tests.alerts.delivery.helpers import at, cycle, fire, payloads, resolve
 
 
 def fingerprints(payload: dict) -> list[tuple[str, str]]:

@@ -7,8 +7,7 @@ from django.core.exceptions import ValidationError
 
 from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.models import Channel, Notification, Route
-
-from .conftest import SECRET, at, cycle, fire
+from tests.alerts.delivery.helpers import SECRET, at, cycle, fire
 
 
 @pytest.fixture

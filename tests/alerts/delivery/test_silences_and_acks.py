@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from controlplane.alerts.silences import acknowledge, create_silence
-
-from .conftest import at, cycle, fire, payloads, resolve
+from tests.alerts.delivery.helpers import at, cycle, fire, payloads, resolve
 
 
 def silence_host(host: str, until) -> None:

@@ -3,8 +3,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controlplane.alerts.transports import SlackTransport
-
-from .conftest import kv_cache_alert
+from tests.alerts.transports.messages import kv_cache_alert
 
 
 def deliver(receiver, message):

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.alerts.transports import TransportError, WebhookTransport
-
-from .conftest import Receiver, handler_for
+from tests.support.receivers import Receiver, handler_for
 
 CONFIG = {"secret": "whsec-6c1f0d8a4b2e9f73"}
 
@@ -27,7 +26,7 @@ class QuietServer(ThreadingHTTPServer):
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path]:
     if not shutil.which("openssl"):
-        pytest.skip("needs the openssl command to make a certificate")
+        pytest.fail("openssl is missing (it makes the certificate): apt-get install openssl")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
