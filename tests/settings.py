@@ -20,3 +20,12 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
 # Parallel pytest sessions on one machine (helpers, a CI run beside a session) each take their
 # own test database: PITWALL_TEST_DB names it.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PITWALL_TEST_DB", "test_pitwall")}  # noqa: F405
+# Django's PostgreSQL backend with a flush that skips the empty tables (the transactional
+# tests end with one): tests/support/postgresql/base.py.
+DATABASES["default"]["ENGINE"] = "tests.support.postgresql"  # noqa: F405
+
+# A password hash costs 0.2-0.5 s of CPU with the production hasher (PBKDF2, a million
+# rounds), and hundreds of tests make users with passwords or sign in with them: the tests
+# hash with MD5, which costs nothing. No test is about the hasher (Django's own code); the
+# production settings are checked as they are by tests/test_settings.py (manage.py check).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
