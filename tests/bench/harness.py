@@ -6,12 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+
+from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DB = os.environ.get("PITWALL_BENCH_DB", "pitwall_bench")
@@ -51,15 +52,7 @@ def server(env: dict, port: int, workers: int = 1):
             "warning", "--no-access-log", "--loop", "uvloop", "--http", "httptools"]
     proc = subprocess.Popen(argv, cwd=ROOT, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the server did not start") from None
-                time.sleep(0.3)
+        wait_for_url(f"http://127.0.0.1:{port}/healthz", proc)
         yield proc
     finally:
         proc.terminate()
@@ -175,16 +168,19 @@ def count_samples(entity: str = "gpu") -> int:
 
 
 def wait_for_url(url: str, proc: subprocess.Popen | None = None, timeout: float = 60) -> None:
-    """Poll until ``url`` answers 2xx (a child server started); raises if it never does."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """Poll until ``url`` answers 2xx (a child server started); raises if it never does or
+    the child exits first."""
+
+    def answers() -> bool:
         try:
             urllib.request.urlopen(url, timeout=2).close()
-            return
+            return True
         except OSError:
-            if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
-                raise RuntimeError(f"{url} did not answer") from None
-            time.sleep(0.3)
+            if proc is not None and proc.poll() is not None:
+                raise AssertionError(f"{url} did not answer: the process exited") from None
+            return False
+
+    wait_until(answers, timeout, lambda: f"{url} did not answer", every=0.3)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
