@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-real-vllm lint install preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-real-vllm lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -67,8 +67,22 @@ run: preflight $(if $(filter 1,$(PITWALL_REAL_VLLM)),real-vllm)
 	$(PY) manage.py ensure_admin && \
 	exec $(PY) manage.py runstack
 
+# The suite on parallel workers (pytest-xdist), each on a test database of its own, a whole
+# test module at a time (its tests may share a server or a simulation: the browser modules,
+# the default alert pack's fleet), in the order tests/conftest.py sets (the slow ones first,
+# the longest first). PYTEST_WORKERS=0: one process. Three workers were slower on 2 cores.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter-out 0,$(PYTEST_WORKERS)),\
+  -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
 test: preflight $(CHROMIUM)
-	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest $(PYTEST_PARALLEL)
+
+# Before every commit: everything but the slow tests (real servers, agents, Celery, a browser,
+# minutes of simulated telemetry), which `make test` adds.
+test-fast: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest $(PYTEST_PARALLEL) \
+	  -m 'not slow and not real_vllm and not schema_fuzz'
 
 # Minutes of real vLLM processes (tests marked real_vllm, which plain pytest deselects).
 test-real-vllm: preflight real-vllm

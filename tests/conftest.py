@@ -1,11 +1,14 @@
-"""Fixtures shared by the API tests: the users and the clients acting as them.
+"""What every test may use: the API's users and clients, empty sample tables, the fixture
+plugins of tests/support/ (pytest_plugins), and the order the tests run in.
 
-The pattern: ``api`` is an active user (alice) with a user API token; ``bob_session`` is a
+The users: ``api`` is an active user (alice) with a user API token; ``bob_session`` is a
 second user signed in with a session; ``anonymous`` sends nothing; ``agent_client`` sends an
 agent token, which may write telemetry but must never read the API.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 from django.db import connection
@@ -91,14 +94,20 @@ def empty_samples(transactional_db):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first, the longest first (``slow(seconds=...)``, an estimate): in a
-    parallel run the three-minute end-to-end test then starts at once instead of last, beside
-    everything else. After pytest-django's ordering (database tests before transactional
-    ones), which this keeps for the rest; the slow tests are transactional and leave the
-    database as they found it."""
+    """The order for parallel runs (`make test`: pytest-xdist, a whole module per worker at a
+    time, in this order): the slow tests first, the longest first (``slow(seconds=...)``, an
+    estimate), so that the three-minute end-to-end test starts at once beside everything else;
+    then the modules with the most tests first, so that no large one is left for the end.
 
-    def cost(item: pytest.Item) -> float:
+    A module's tests keep pytest-django's order (database tests, transactional ones, then the
+    rest). Modules no longer do: a database test may follow another module's transactional
+    test, which leaves the database as migrate made it (flush, then post_migrate).
+    """
+    sizes = Counter(item.path for item in items)
+
+    def order(item: pytest.Item) -> tuple[float, int, str]:
         mark = item.get_closest_marker("slow")
-        return -float(mark.kwargs.get("seconds", 1)) if mark else 0.0
+        seconds = float(mark.kwargs.get("seconds", 1)) if mark else 0.0
+        return -seconds, -sizes[item.path], str(item.path)
 
-    items.sort(key=cost)
+    items.sort(key=order)

@@ -6,7 +6,8 @@ Redis channel layer. Each test module starts one server, one Redis server of its
 machine cannot reach its pages, and a test can stop and restart it) and one Chromium; each
 test gets empty tables (the server holds no state between tests that a flush would make
 stale: it caches agent tokens, hosts and layouts by ids that are never reused), a new
-operator and a new signed-in tab. Screenshots go to ``test-artifacts/browser/``.
+operator and a new signed-in tab (`make test` runs a module's tests on one worker:
+``--dist loadfile``). Screenshots go to ``test-artifacts/browser/``.
 
 Nothing is installed from the internet here: ``make install`` installs Debian's ``chromium``
 and the ``playwright`` package, whose own browser downloads are never used.

@@ -13,9 +13,8 @@ from controlplane.fleet.models import Gpu, Host
 from tests.browser.helpers import shot
 
 # A browser and real processes: `make test` runs them, `make test-fast` leaves them out;
-# seconds: about what each test takes (slow tests start first, the longest first). The
-# module's tests share one server (conftest.py): in parallel runs, one worker runs them all.
-pytestmark = [pytest.mark.slow(seconds=3), pytest.mark.xdist_group("browser-test_alert_pages")]
+# seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=3)
 
 
 def busy_and_idle_hosts(browser_stack) -> tuple[Host, Host]:

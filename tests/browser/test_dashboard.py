@@ -16,9 +16,8 @@ from tests.browser.helpers import ONLINE_WINDOW_S, settle, shot
 from tests.support.polling import wait_until
 
 # A browser and real processes: `make test` runs them, `make test-fast` leaves them out;
-# seconds: about what each test takes (slow tests start first, the longest first). The
-# module's tests share one server (conftest.py): in parallel runs, one worker runs them all.
-pytestmark = [pytest.mark.slow(seconds=5), pytest.mark.xdist_group("browser-test_dashboard")]
+# seconds: about what each test takes (slow tests start first, the longest first).
+pytestmark = pytest.mark.slow(seconds=5)
 
 WEEK = 7 * 86400
 
