@@ -11,15 +11,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
-from controlplane.alerts.windows.schema import all_names as slice_tables
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
-from controlplane.telemetry.rollups.schema import all_tables as rollup_tables
-from controlplane.telemetry.schema import TABLES
 from tests.support.clients import bearer_client
 from tests.support.roles import user_with_role
+from tests.support.samples import truncate_samples
 
 # Fixtures that tests in several directories use, defined once (never imported from one
 # conftest into another): the loopback receivers and SMTP server, the real ingest app.
@@ -62,25 +59,6 @@ def anonymous() -> APIClient:
 def agent_client(db) -> APIClient:
     token, _ = issue_agent_token("agent-only-host")
     return bearer_client(token)
-
-
-def truncate_samples() -> None:
-    """Empty the sample, rollup and slice tables: truncate the partitions that hold rows (a
-    TRUNCATE of all of them costs a sixth of a second, and most tests leave them empty)."""
-    parents = [t.name for t in TABLES.values()] + [t.name for t in rollup_tables()] \
-        + slice_tables()
-    with connection.cursor() as cursor:
-        # the leaf partitions of the partitioned tables, and the plain tables themselves
-        cursor.execute("SELECT relid::text FROM unnest(%(p)s::regclass[]) AS parent, "
-                       "LATERAL pg_partition_tree(parent) WHERE isleaf "
-                       "UNION SELECT oid::regclass::text FROM pg_class "
-                       "WHERE oid = ANY(%(p)s::regclass[]) AND relkind = 'r'", {"p": parents})
-        leaves = [leaf for (leaf,) in cursor.fetchall()]
-        cursor.execute(" UNION ALL ".join(f"SELECT %s WHERE EXISTS (SELECT FROM {leaf})"
-                                          for leaf in leaves), leaves)
-        holding = [leaf for (leaf,) in cursor.fetchall()]
-        if holding:
-            cursor.execute("TRUNCATE " + ", ".join(holding))
 
 
 @pytest.fixture

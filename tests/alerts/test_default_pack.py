@@ -21,8 +21,8 @@ from django.core.management import call_command
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.pack import load_default_pack, pack
-from tests.conftest import truncate_samples
 from tests.support.alert_data import GIB, GPU_TOTAL, T0, Node, make_node, samples, ttft_layout
+from tests.support.samples import truncate_samples
 
 S = timedelta(seconds=1)
 START, END = T0 - 11 * 60 * S, T0 + 20 * 60 * S
