@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -30,6 +31,17 @@ def issue_api_token(username: str, name: str = "", scope: str = TokenScope.WRITE
     ApiToken.objects.create(user=user, name=name, scope=scope, expires_at=expires_at,
                             lookup=lookup, digest=digest)
     return token
+
+
+def lifetime_problem(days: int) -> str | None:
+    """Why an API token may not live ``days`` days, or None (PITWALL_API_TOKEN_MAX_DAYS)."""
+    bound = settings.PITWALL["API_TOKEN_MAX_DAYS"]
+    return f"at most {bound} days (PITWALL_API_TOKEN_MAX_DAYS)" if days > bound else None
+
+
+def expiry_after(days: int | None = None) -> datetime:
+    """When a token made now for ``days`` days expires (None: PITWALL_API_TOKEN_DEFAULT_DAYS)."""
+    return timezone.now() + timedelta(days=days or settings.PITWALL["API_TOKEN_DEFAULT_DAYS"])
 
 
 def revoke_api_token(token: ApiToken) -> bool:

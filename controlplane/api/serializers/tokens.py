@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from django.conf import settings
-from django.utils import timezone
 from rest_framework import serializers
 
+from controlplane.fleet import tokens
 from controlplane.fleet.models import AgentToken, ApiToken, TokenScope, TokenState
 
 # What both kinds show of a token's life.
@@ -38,15 +35,12 @@ class NewApiTokenSerializer(serializers.Serializer):
         help_text="Days until it stops working (default and bound: PITWALL_API_TOKEN_*_DAYS)")
 
     def validate_expires_in_days(self, days: int) -> int:
-        bound = settings.PITWALL["API_TOKEN_MAX_DAYS"]
-        if days > bound:
-            raise serializers.ValidationError(f"at most {bound} days (PITWALL_API_TOKEN_MAX_DAYS)")
+        if problem := tokens.lifetime_problem(days):
+            raise serializers.ValidationError(problem)
         return days
 
     def expires_at(self):
-        days = self.validated_data.get("expires_in_days",
-                                       settings.PITWALL["API_TOKEN_DEFAULT_DAYS"])
-        return timezone.now() + timedelta(days=days)
+        return tokens.expiry_after(self.validated_data.get("expires_in_days"))
 
 
 class IssuedApiTokenSerializer(ApiTokenSerializer):

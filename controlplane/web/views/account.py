@@ -3,8 +3,6 @@ admins, the users with their roles and the audit log."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -15,7 +13,6 @@ from django.core.paginator import Paginator
 from django.db import IntegrityError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from controlplane.accounts import users
@@ -38,9 +35,9 @@ class NewTokenForm(forms.Form):
         self.fields["expires_in_days"].initial = settings.PITWALL["API_TOKEN_DEFAULT_DAYS"]
 
     def clean_expires_in_days(self) -> int:
-        days, bound = self.cleaned_data["expires_in_days"], settings.PITWALL["API_TOKEN_MAX_DAYS"]
-        if days > bound:
-            raise forms.ValidationError(f"at most {bound} days (PITWALL_API_TOKEN_MAX_DAYS)")
+        days = self.cleaned_data["expires_in_days"]
+        if problem := tokens.lifetime_problem(days):
+            raise forms.ValidationError(problem)
         return days
 
 
@@ -48,9 +45,9 @@ class NewTokenForm(forms.Form):
 def api_tokens(request: HttpRequest) -> HttpResponse:
     form, issued = NewTokenForm(request.POST or None), None
     if request.method == "POST" and form.is_valid():
-        days = timedelta(days=form.cleaned_data["expires_in_days"])
         issued = tokens.issue_api_token(request.user.get_username(), form.cleaned_data["name"],
-                                        form.cleaned_data["scope"], timezone.now() + days)
+                                        form.cleaned_data["scope"],
+                                        tokens.expiry_after(form.cleaned_data["expires_in_days"]))
         form = NewTokenForm()
     everyone = request.user.has_perm("fleet.view_apitoken")
     rows = ApiToken.objects.select_related("user").order_by("-created_at", "-id")
