@@ -20,6 +20,21 @@ DEMO_ARGS = {2: {"max_num_seqs": 8}, 3: {"gpu_memory_utilization": 0.35, "max_nu
 DEMO_LOAD = {2: 12.0, 3: 12.0}
 
 
+def server_children(opts: dict, var: Path) -> list[Child]:
+    """The control plane's own processes: the ASGI server, the Celery worker and beat."""
+    celery_log = ["--loglevel", opts["celery_loglevel"]]
+    return [
+        Child("web", [python(), "-m", "uvicorn", "controlplane.asgi:application",
+                      "--host", opts["host"], "--port", str(opts["port"]),
+                      "--workers", str(opts["web_workers"]), "--log-level", "warning",
+                      "--no-access-log"]),
+        Child("celery-worker", [python(), "-m", "celery", "-A", "controlplane", "worker",
+                                *celery_log, "--concurrency", "1"]),
+        Child("celery-beat", [python(), "-m", "celery", "-A", "controlplane", "beat",
+                              *celery_log, "--schedule", str(var / "celerybeat-schedule")]),
+    ]
+
+
 class Command(BaseCommand):
     help = "Run the web server, Celery worker and beat, and a simulated fleet; Ctrl-C stops all."
 
@@ -32,6 +47,11 @@ class Command(BaseCommand):
                             default=int(os.environ.get("PITWALL_SIM_GPUS", 8)))
         parser.add_argument("--web-workers", type=int,
                             default=int(os.environ.get("PITWALL_WEB_WORKERS", 1)))
+        parser.add_argument("--celery-loglevel",
+                            default=os.environ.get("PITWALL_CELERY_LOGLEVEL", "warning"),
+                            choices=["debug", "info", "warning", "error"],
+                            help="info: the worker logs each task's run time (the stack-cost "
+                                 "benchmark reads the alert cycle's)")
         parser.add_argument("--real-vllm", action="store_true",
                             default=os.environ.get("PITWALL_REAL_VLLM") == "1",
                             help="also run a host whose agent serves the tiny model with the "
@@ -41,17 +61,7 @@ class Command(BaseCommand):
         var = Path(settings.BASE_DIR) / "var"
         var.mkdir(exist_ok=True)  # celery beat keeps its schedule here
         url = f"http://{opts['host']}:{opts['port']}"
-        children = [
-            Child("web", [python(), "-m", "uvicorn", "controlplane.asgi:application",
-                          "--host", opts["host"], "--port", str(opts["port"]),
-                          "--workers", str(opts["web_workers"]), "--log-level", "warning",
-                          "--no-access-log"]),
-            Child("celery-worker", [python(), "-m", "celery", "-A", "controlplane", "worker",
-                                    "--loglevel", "warning", "--concurrency", "1"]),
-            Child("celery-beat", [python(), "-m", "celery", "-A", "controlplane", "beat",
-                                  "--loglevel", "warning",
-                                  "--schedule", str(var / "celerybeat-schedule")]),
-        ]
+        children = server_children(opts, var)
         stack = Stack(children, log=lambda m: self.stdout.write(f"pitwall: {m}"))
         stack.start()
         if not stack.wait_http(f"{url}/healthz"):
