@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-fast test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-real-vllm lint install preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-real-vllm lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -92,7 +92,7 @@ test-real-vllm: preflight real-vllm
 test-schema: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -s -m schema_fuzz tests/schema_fuzz
 
-bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences
+bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack
 
 bench-ingest: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
@@ -129,6 +129,11 @@ bench-silences: $(STAMP)
 bench-real-vllm: preflight real-vllm
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.real_vllm_restart && \
 	  $(PY) -m tests.bench.real_vllm_scrape
+
+# Every process of `make run` (no simulated fleet) while 1,000 agents x 8 GPUs report at 1 Hz:
+# CPU and memory per process, the bill per 1,000 GPU hosts, disk growth, the alert cycle.
+bench-stack: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.stack_cost
 
 bench-pk: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.pk_order
