@@ -13,7 +13,6 @@ of the cycle, its alerts untouched, and marked with the error (``last_error``,
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,18 +22,20 @@ from django.conf import settings
 from django.db import InterfaceError, connection, transaction
 from django.utils import timezone
 
-from agents.protocol import Metric
-from controlplane.alerts import windows
+from agents.protocol import Entity
 from controlplane.alerts.apply import apply_hits
 from controlplane.alerts.fleet_names import FleetNames
-from controlplane.alerts.models import AlertRule, RuleKind
+from controlplane.alerts.models import AlertRule
 from controlplane.alerts.named_kinds import NAMED
-from controlplane.alerts.named_kinds import READS as NAMED_READS
+from controlplane.alerts.named_kinds import add_needs as NAMED_NEEDS
 from controlplane.alerts.patterns import PatternError, glob_match
-from controlplane.alerts.queries import Hit, Hits, threshold_hits
-from controlplane.alerts.rules import rule_metric
-from controlplane.alerts.shards import WHOLE, Shard, shards
+from controlplane.alerts.queries import Cycle, Fleet, Hit, Hits, threshold_hits
+from controlplane.alerts.queries import add_needs as threshold_needs
+from controlplane.alerts.shards import Shard, shards
 from controlplane.alerts.silences import matches
+from controlplane.alerts.windows.needs import Needs
+from controlplane.alerts.windows.sql import max_buckets
+from controlplane.alerts.windows.store import SliceStore, View, refresh_stores
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,14 @@ class CycleResult:
     errors: Errors = field(default_factory=dict)  # the rules that failed, and why
 
 
+# This process's slices, kept between cycles (windows/store.py says when it trusts them).
+STORES: dict[Entity, SliceStore] = {}
+
+
 def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> CycleResult:
     now = now or timezone.now()
     # Other connections see only committed rows: inside a caller's transaction, one lane.
     lanes = 1 if connection.in_atomic_block else settings.PITWALL["ALERT_EVAL_LANES"]
-    parts = shards(lanes)
-    windows.ensure_partitions(parts)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": LOCK_KEY})
@@ -65,8 +68,12 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
                 return CycleResult(skipped=True)
         rules = claim_rules(now, rule_ids)
         result = CycleResult(rules=len(rules))
-        for hits, transitions, errors in _in_lanes(rules, now, parts):
-            result.hits += hits
+        hits = run_queries(rules, now, errors=result.errors)
+        hits = scoped([r for r in rules if r.id not in result.errors], hits,
+                      errors=result.errors)
+        live = [r for r in rules if r.id not in result.errors]
+        result.hits = sum(len(hits.get(r.id, [])) for r in live)
+        for transitions, errors in _in_lanes(live, hits, now, shards(lanes)):
             result.transitions += transitions
             for rule_id, error in errors.items():
                 result.errors.setdefault(rule_id, error)
@@ -96,44 +103,39 @@ def claim_rules(now: datetime, rule_ids: list[int] | None) -> list[AlertRule]:
     return claimed
 
 
-Outcome = tuple[int, list[tuple[str, str, str, str]], Errors]  # hits, transitions, errors
+Outcome = tuple[list[tuple[str, str, str, str]], Errors]  # transitions, errors
 
 
-def _in_lanes(rules: list[AlertRule], now: datetime, parts: list[Shard]) -> list[Outcome]:
-    """One shard: in this transaction. More: each shard of the fleet on a connection and in a
-    transaction of its own, side by side (a cycle is SQL-bound and PostgreSQL runs one
-    statement on one core); this transaction keeps the lock and the claims until all end. A
-    shard that fails leaves the others' alerts stepped; the claims roll back with the error,
-    so the next cycle evaluates every rule again."""
+def _in_lanes(rules: list[AlertRule], hits: Hits, now: datetime,
+              parts: list[Shard]) -> list[Outcome]:
+    """The state half. One shard: in this transaction. More: each shard of the fleet on a
+    connection and in a transaction of its own, side by side (reading and writing the alerts
+    is SQL); this transaction keeps the lock and the claims until all end. A shard that fails
+    leaves the others' alerts stepped; the claims roll back with the error, so the next cycle
+    evaluates every rule again."""
     if len(parts) == 1:
-        return [_cycle(rules, now, parts[0])]
+        return [_apply(rules, hits, now, parts[0])]
     with ThreadPoolExecutor(len(parts)) as pool:
-        return list(pool.map(lambda shard: _own_connection(rules, now, shard), parts))
+        return list(pool.map(lambda shard: _own_connection(rules, hits, now, shard), parts))
 
 
-def _own_connection(rules: list[AlertRule], now: datetime, shard: Shard) -> Outcome:
+def _own_connection(rules: list[AlertRule], hits: Hits, now: datetime, shard: Shard) -> Outcome:
     try:
         with transaction.atomic():
-            return _cycle(rules, now, shard)
+            return _apply(rules, hits, now, shard)
     finally:
         connection.close()  # this thread's connection, back to the pool
 
 
-def _cycle(rules: list[AlertRule], now: datetime, shard: Shard) -> Outcome:
+def _apply(rules: list[AlertRule], hits: Hits, now: datetime, shard: Shard) -> Outcome:
+    """apply_hits for all the rules at once over the shard's hits; when that fails, for each
+    rule alone."""
     errors: Errors = {}
-    hits = run_queries(rules, now, shard, errors=errors)
-    hits = scoped([r for r in rules if r.id not in errors], hits, errors=errors)
-    transitions = _apply([r for r in rules if r.id not in errors], hits, now, shard, errors)
-    count = sum(len(found) for rule_id, found in hits.items() if rule_id not in errors)
-    return count, transitions, errors
-
-
-def _apply(rules: list[AlertRule], hits: Hits, now: datetime, shard: Shard,
-           errors: Errors) -> list[tuple[str, str, str, str]]:
-    """apply_hits for all the rules at once; when that fails, for each rule alone."""
+    hits = {rule_id: [h for h in found if shard.holds(h.host_id)]
+            for rule_id, found in hits.items()}
     done, exc = isolated(lambda: apply_hits(rules, hits, now, shard))
     if exc is None:
-        return done
+        return done, errors
     transitions = []
     for rule in rules:
         done, exc = isolated(lambda r=rule: apply_hits([r], {r.id: hits.get(r.id, [])}, now,
@@ -142,7 +144,7 @@ def _apply(rules: list[AlertRule], hits: Hits, now: datetime, shard: Shard,
             transitions += done
         else:
             failed(errors, rule, exc)
-    return transitions
+    return transitions, errors
 
 
 def isolated(call: Callable[[], object]) -> tuple[object, Exception | None]:
@@ -167,84 +169,38 @@ def failed(errors: Errors, rule: AlertRule, exc: Exception, where: str = "") -> 
                 rule.id, rule.name, errors[rule.id], exc_info=exc)
 
 
-def run_queries(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE,
-                metrics: dict[str, frozenset[Metric]] | None = None,
+def run_queries(rules: list[AlertRule], now: datetime,
+                stores: dict[Entity, SliceStore] | None = None,
                 errors: Errors | None = None) -> Hits:
-    """Inside a transaction: bring the shard's slices up to ``now`` (``metrics``: only these,
-    ``windows.refresh``), then every rule's query over the shard's targets. With ``errors``, a
-    rule that fails is recorded there and left out instead of failing them all."""
-    statement_settings()
-    if errors is not None:
-        for rule in rules:
-            try:
-                _reads(rule)
-            except Exception as exc:  # noqa: BLE001 -- a metric gone from the catalog, say
-                failed(errors, rule, exc)
-        rules = [r for r in rules if r.id not in errors]
-    windows.refresh(now, slice_needs(rules), shard, metrics)
-    return query_slices(rules, now, shard, errors)
-
-
-def statement_settings() -> None:
-    """For the rest of the transaction: how the cycle's statements must be planned."""
+    """Bring the slices up to ``now`` (``stores``: this process's by default; a preview
+    passes empty ones of its own, which are neither trusted nor recorded), then every rule's
+    hits. With ``errors``, a rule that fails is recorded there and left out instead of
+    failing them all."""
+    own = stores is None
+    stores = STORES if own else stores
+    needs = Needs()
+    for rule in rules:
+        try:
+            (NAMED_NEEDS if rule.kind in NAMED else threshold_needs)(needs, rule)
+        except Exception as exc:  # noqa: BLE001 -- a metric gone from the catalog, say
+            if errors is None:
+                raise
+            failed(errors, rule, exc)
+    rules = [r for r in rules if errors is None or r.id not in errors]
     with connection.cursor() as cursor:
-        # These statements carry hundreds of expressions: PostgreSQL's JIT would spend
-        # seconds compiling them for runs of a few hundred milliseconds (BENCHMARKS.md §7).
-        cursor.execute("SET LOCAL jit = off")
-        # A Memoize node in front of the per-target lookups hashes every column it reads
-        # and never hits.
-        cursor.execute("SET LOCAL enable_memoize = off")
-        # Hundreds of aggregate states per target: grouped in memory, not spilled to disk.
-        cursor.execute("SET LOCAL work_mem = '64MB'")
-
-
-def query_slices(rules: list[AlertRule], now: datetime, shard: Shard = WHOLE,
-                 errors: Errors | None = None) -> Hits:
-    """Every rule's query over the shard's slices as they are (up to ``now``). With
-    ``errors``: when the threshold rules' shared queries fail, each rule's alone; a named
-    rule's in a savepoint of its own; the failing ones recorded in ``errors``."""
-    hits: Hits = defaultdict(list)
-    thresholds = [r for r in rules if r.kind == RuleKind.THRESHOLD]
-    kinds = [r for r in rules if r.kind in NAMED]
-    if errors is None:
-        hits.update(threshold_hits(thresholds, now, shard))
-        for rule in kinds:
-            hits[rule.id] = NAMED[rule.kind](rule, now, shard)
-        return hits
-    found, exc = isolated(lambda: threshold_hits(thresholds, now, shard)) if thresholds \
-        else ({}, None)
-    if exc is None:
-        hits.update(found)
-    else:
-        for rule in thresholds:
-            found, exc = isolated(lambda r=rule: threshold_hits([r], now, shard))
-            if exc is None:
-                hits.update(found)
-            else:
-                failed(errors, rule, exc)
-    for rule in kinds:
-        found, exc = isolated(lambda r=rule: NAMED[r.kind](r, now, shard))
+        built = needs.build(max_buckets(cursor))
+        refresh_stores(cursor.cursor, stores, now, built, record=own)
+    cycle = Cycle(now, {e: View(stores[e], now) for e in built}, Fleet.load())
+    hits: Hits = {}
+    for rule in rules:
+        run = NAMED.get(rule.kind, threshold_hits)
+        found, exc = isolated(lambda r=rule, run=run: run(r, cycle)) if errors is not None \
+            else (run(rule, cycle), None)
         if exc is None:
             hits[rule.id] = found
         else:
             failed(errors, rule, exc)
     return hits
-
-
-def _reads(rule: AlertRule) -> frozenset[str]:
-    """The entities whose slices a rule reads."""
-    if rule.kind in NAMED:
-        return frozenset(NAMED_READS[rule.kind])
-    return frozenset({rule_metric(rule).entity})
-
-
-def slice_needs(rules: list[AlertRule]) -> dict[str, int]:
-    """The longest window each entity's slices must cover for these rules."""
-    needs: dict[str, int] = {}
-    for rule in rules:
-        for entity in _reads(rule):
-            needs[entity] = max(needs.get(entity, 0), rule.window_s)
-    return needs
 
 
 def scoped(rules: list[AlertRule], hits: Hits, errors: Errors | None = None) -> Hits:

@@ -1,11 +1,11 @@
-"""Named rule kinds: compound conditions with their own SQL, each set-based over all targets.
+"""Named rule kinds: compound conditions over several metrics or the fleet tables.
 
-Each function builds the kind's statement and its named parameters (``NAMED`` runs them and
-returns the (rule, target) pairs whose condition holds now, like the threshold queries; each
-statement's shape is pinned in tests/alerts/snapshots/). ``rule.window_s`` is the window (for
-no-data kinds: the silence that counts); ``rule.op``/``rule.threshold`` compare the value each
-kind documents; ``rule.params`` holds the second threshold of a compound condition. Every
-statement selects target, host_id, engine_id, gpu_id and the value (``Hit``).
+``NAMED[kind](rule, cycle)`` returns the targets whose condition holds now, like a threshold
+rule's; ``add_needs`` says what each kind reads of the slices. ``rule.window_s`` is the window
+(for no-data kinds: the silence that counts); ``rule.op``/``rule.threshold`` compare the value
+each kind documents; ``rule.params`` holds the second threshold of a compound condition. What
+the fleet tables say (which engines run on which GPUs, their memory share) is read in SQL:
+``host_no_data`` and the fleet statements are pinned in tests/alerts/snapshots/.
 """
 
 from __future__ import annotations
@@ -13,21 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+import numpy as np
+
 from agents.vllm_args import serve_default
 from controlplane.alerts.models import AlertRule, RuleKind
-from controlplane.alerts.queries import SQL_OP, Hit, Statement, fetch
-from controlplane.alerts.shards import Shard
-from controlplane.alerts.windows.schema import SLICES
-from controlplane.alerts.windows.slices import window_start
-from controlplane.alerts.windows.sql import average, newest
+from controlplane.alerts.queries import PY_OP, Cycle, Hit, fetch
+from controlplane.alerts.windows.aggregate import average, extreme, in_window, newest_present
+from controlplane.alerts.windows.needs import Needs
 
-GPUS, ENGINES, PROCS = (SLICES[e].name for e in ("gpu", "engine", "proc"))
-# The entities whose slices each kind reads (host_no_data reads fleet_host only).
-READS: dict[str, tuple[str, ...]] = {
-    RuleKind.HOST_NO_DATA: (), RuleKind.ENGINE_DOWN: ("engine",),
-    RuleKind.KV_PRESSURE: ("engine",), RuleKind.MEMORY_BEYOND_SHARE: ("gpu",),
-    RuleKind.CPU_BOUND_ENGINE: ("proc", "gpu"),
-}
+Statement = tuple[str, dict[str, object]]
 # vLLM's default when an engine's config does not say (the flag was not given): the catalog's.
 DEFAULT_GPU_MEMORY_UTILIZATION = serve_default("gpu_memory_utilization")
 _SHARE = (
@@ -35,125 +29,176 @@ _SHARE = (
     "THEN (e.config->>'gpu_memory_utilization')::float8 ELSE %(default_share)s END")
 # The GPUs an engine runs on: its reported gpu_uuids, on its own host.
 _ENGINE_GPUS = "JOIN fleet_gpu g ON g.host_id = e.host_id AND g.present AND e.gpu_uuids ? g.uuid"
+# What each kind reads of the slices: (entity, columns).
+READS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    RuleKind.HOST_NO_DATA: (),
+    RuleKind.ENGINE_DOWN: (("engine", ("up",)),),
+    RuleKind.KV_PRESSURE: (("engine", ("kv_cache_usage", "requests_waiting")),),
+    RuleKind.MEMORY_BEYOND_SHARE: (("gpu", ("mem_used_bytes", "mem_total_bytes")),),
+    RuleKind.CPU_BOUND_ENGINE: (("proc", ("cpu_pct",)), ("gpu", ("util_pct",))),
+}
 
 
-def host_no_data(rule: AlertRule, now: datetime, shard: Shard) -> Statement:
+def add_needs(needs: Needs, rule: AlertRule) -> None:
+    for entity, columns in READS[rule.kind]:
+        needs.add(entity, rule.window_s, columns)
+
+
+def host_no_data_sql(rule: AlertRule, now: datetime) -> Statement:
     """Agents silent for window_s; value: seconds since the host last reported."""
     return (
         "SELECT 'host:' || h.id, h.id, NULL::int, NULL::int,\n"
         "  extract(epoch FROM %(now)s - coalesce(h.last_seen, h.created_at))::float8\n"
         "FROM fleet_host h\n"
-        f"WHERE coalesce(h.last_seen, h.created_at) < %(silent_since)s AND {shard.hosts('h.id')}",
+        "WHERE coalesce(h.last_seen, h.created_at) < %(silent_since)s",
         {"now": now, "silent_since": now - timedelta(seconds=rule.window_s)})
 
 
-def engine_down(rule: AlertRule, now: datetime, shard: Shard) -> Statement:
+def host_no_data(rule: AlertRule, cycle: Cycle) -> list[Hit]:
+    return [Hit(*row) for row in fetch(*host_no_data_sql(rule, cycle.now))]
+
+
+def reporting_engines_sql(rule: AlertRule, now: datetime) -> Statement:
+    """The present engines whose host reported within the window, and their hosts."""
+    return ("SELECT e.id, e.host_id\n"
+            "FROM fleet_engine e\n"
+            "JOIN fleet_host h ON h.id = e.host_id\n"
+            "WHERE e.present AND h.last_seen > %(reported_since)s",
+            {"reported_since": now - timedelta(seconds=rule.window_s)})
+
+
+def engine_down(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """Engines whose last engine.up in the window is 0, or that sent nothing in it, while
     their host reports (a silent host is the agent-offline rule's). value: last engine.up."""
-    return (
-        "SELECT 'engine:' || e.id, e.host_id, e.id, NULL::int, coalesce(u.up, 0)::float8\n"
-        "FROM fleet_engine e\n"
-        "JOIN fleet_host h ON h.id = e.host_id\n"
-        f"LEFT JOIN (\n"
-        f"  SELECT s.engine_id, {newest('up')}[2] AS up\n"
-        f"  FROM {ENGINES} s\n"
-        f"  WHERE s.ts >= %(since)s AND {shard.slices('s')}\n"
-        f"  GROUP BY 1) u ON u.engine_id = e.id\n"
-        f"WHERE e.present AND h.last_seen > %(reported_since)s AND coalesce(u.up, 0) = 0\n"
-        f"  AND {shard.hosts('h.id')}",
-        {"since": window_start(now, rule.window_s),
-         "reported_since": now - timedelta(seconds=rule.window_s)})
+    view = cycle.views["engine"]
+    up = dict(zip(view.keys.tolist(), newest_present(
+        view, "up", cycle.column("engine", rule.window_s)).tolist(), strict=True))
+    hits = []
+    for engine_id, host_id in fetch(*reporting_engines_sql(rule, cycle.now)):
+        value = up.get(engine_id, np.nan)
+        value = 0.0 if np.isnan(value) else value
+        if value == 0:
+            hits.append(Hit(f"engine:{engine_id}", host_id, engine_id, None, value))
+    return hits
 
 
-def kv_pressure(rule: AlertRule, now: datetime, shard: Shard) -> Statement:
+def kv_pressure(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """avg KV-cache usage op threshold while avg requests waiting > params.waiting_above."""
-    return (
-        "SELECT 'engine:' || a.engine_id, e.host_id, a.engine_id, NULL::int, a.kv\n"
-        "FROM (\n"
-        f"  SELECT s.engine_id,\n"
-        f"    {average('kv_cache_usage')} AS kv,\n"
-        f"    {average('requests_waiting')} AS waiting\n"
-        f"  FROM {ENGINES} s\n"
-        f"  WHERE s.ts >= %(since)s AND {shard.slices('s')}\n"
-        f"  GROUP BY 1) a\n"
-        "JOIN fleet_engine e ON e.id = a.engine_id\n"
-        f"WHERE a.kv {SQL_OP[rule.op]} %(threshold)s AND a.waiting > %(waiting_above)s",
-        {"since": window_start(now, rule.window_s), "threshold": rule.threshold,
-         "waiting_above": float(rule.params.get("waiting_above", 0))})
+    view, j0 = cycle.views["engine"], cycle.column("engine", rule.window_s)
+    kv, waiting = average(view, "kv_cache_usage", j0), average(view, "requests_waiting", j0)
+    above = float(rule.params.get("waiting_above", 0))
+    hits = []
+    for u in np.flatnonzero(in_window(view, j0)):
+        if _holds(kv[u], rule) and waiting[u] > above:
+            hit = cycle.hit("engine", int(view.keys[u]), float(kv[u]))
+            if hit is not None:
+                hits.append(hit)
+    return hits
 
 
-def memory_beyond_share(rule: AlertRule, now: datetime, shard: Shard) -> Statement:
+def _holds(value: float, rule: AlertRule) -> bool:
+    return not np.isnan(value) and PY_OP[rule.op](value, rule.threshold)
+
+
+def gpu_shares_sql() -> Statement:
+    """Per GPU that present engines run on: its host, total memory, the first engine, and the
+    sum of their gpu_memory_utilization."""
+    return ("SELECT g.id, g.host_id, g.mem_total_bytes, min(e.id),\n"
+            f"  sum({_SHARE})\n"
+            f"FROM fleet_engine e {_ENGINE_GPUS}\n"
+            "WHERE e.present\n"
+            "GROUP BY g.id",
+            {"default_share": DEFAULT_GPU_MEMORY_UTILIZATION})
+
+
+def memory_beyond_share(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """Per GPU an engine runs on: (avg mem used - share x total) / total, where share sums the
     gpu_memory_utilization of the engines on that GPU. vLLM reserves its share at start, so a
     healthy engine sits near 0; a positive excess is another process or a leak (OOM risk)."""
-    return (
-        "WITH share AS (\n"
-        "  SELECT g.id AS gpu_id, g.host_id, g.mem_total_bytes, min(e.id) AS engine_id,\n"
-        f"    sum({_SHARE}) AS share\n"
-        f"  FROM fleet_engine e {_ENGINE_GPUS}\n"
-        f"  WHERE e.present AND {shard.hosts('e.host_id')}\n"
-        "  GROUP BY g.id),\n"
-        "used AS (\n"
-        f"  SELECT s.gpu_id, {average('mem_used_bytes')} AS used,\n"
-        "    max(s.mem_total_bytes_max) AS total\n"
-        f"  FROM {GPUS} s\n"
-        f"  WHERE s.ts >= %(since)s AND {shard.slices('s')}\n"
-        "  GROUP BY 1),\n"
-        "v AS (\n"
-        "  SELECT s.gpu_id, s.host_id, s.engine_id,\n"
-        "    (u.used - s.share * coalesce(s.mem_total_bytes, u.total))\n"
-        "    / NULLIF(coalesce(s.mem_total_bytes, u.total), 0) AS excess\n"
-        "  FROM share s JOIN used u ON u.gpu_id = s.gpu_id)\n"
-        "SELECT 'gpu:' || v.gpu_id, v.host_id, v.engine_id, v.gpu_id, v.excess\n"
-        "FROM v\n"
-        f"WHERE v.excess {SQL_OP[rule.op]} %(threshold)s",
-        {"default_share": DEFAULT_GPU_MEMORY_UTILIZATION,
-         "since": window_start(now, rule.window_s), "threshold": rule.threshold})
+    view, j0 = cycle.views["gpu"], cycle.column("gpu", rule.window_s)
+    seen = in_window(view, j0)
+    used, reported = average(view, "mem_used_bytes", j0), extreme(view, "mem_total_bytes",
+                                                                  "max", j0)
+    at = {int(k): u for u, k in enumerate(view.keys.tolist()) if seen[u]}
+    hits = []
+    for gpu_id, host_id, total, engine_id, share in fetch(*gpu_shares_sql()):
+        u = at.get(gpu_id)
+        if u is None or np.isnan(used[u]):
+            continue
+        total = total if total is not None else reported[u]
+        if total is None or np.isnan(total) or total == 0:
+            continue
+        excess = (used[u] - share * total) / total
+        if _holds(excess, rule):
+            hits.append(Hit(f"gpu:{gpu_id}", host_id, engine_id, gpu_id, float(excess)))
+    return hits
 
 
-def cpu_bound_engine(rule: AlertRule, now: datetime, shard: Shard) -> Statement:
+def engine_gpus_sql() -> Statement:
+    """The GPUs each present engine runs on."""
+    return f"SELECT e.id, g.id\nFROM fleet_engine e {_ENGINE_GPUS}\nWHERE e.present", {}
+
+
+def cpu_bound_engine(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """An engine's busiest process (avg proc.cpu_pct over the window) op threshold while the
     avg gpu.util_pct of its GPUs is below params.gpu_util_below. value: that process's CPU %."""
-    return (
-        "WITH p AS (\n"
-        "  SELECT x.engine_id, max(x.cpu) AS cpu\n"
-        "  FROM (\n"
-        f"    SELECT s.engine_id, s.pid, {average('cpu_pct')} AS cpu\n"
-        f"    FROM {PROCS} s\n"
-        f"    WHERE s.ts >= %(since)s AND s.engine_id IS NOT NULL AND {shard.slices('s')}\n"
-        "    GROUP BY 1, 2) x\n"
-        "  GROUP BY 1),\n"
-        "gu AS (\n"
-        f"  SELECT e.id AS engine_id, {average('util_pct')} AS util\n"
-        f"  FROM fleet_engine e {_ENGINE_GPUS}\n"
-        f"  JOIN {GPUS} s ON s.gpu_id = g.id AND s.ts >= %(since)s AND {shard.slices('s')}\n"
-        f"  WHERE e.present AND {shard.hosts('e.host_id')}\n"
-        "  GROUP BY 1)\n"
-        "SELECT 'engine:' || e.id, e.host_id, e.id, NULL::int, p.cpu\n"
-        "FROM p\n"
-        "JOIN gu ON gu.engine_id = p.engine_id\n"
-        "JOIN fleet_engine e ON e.id = p.engine_id\n"
-        f"WHERE p.cpu {SQL_OP[rule.op]} %(threshold)s AND gu.util < %(gpu_util_below)s",
-        {"since": window_start(now, rule.window_s), "threshold": rule.threshold,
-         "gpu_util_below": float(rule.params.get("gpu_util_below", 85))})
+    busiest = _busiest_process(cycle, rule.window_s)
+    util = _engine_gpu_util(cycle, rule.window_s)
+    below = float(rule.params.get("gpu_util_below", 85))
+    hits = []
+    for engine_id, cpu in sorted(busiest.items()):
+        if _holds(cpu, rule) and util.get(engine_id, np.nan) < below:
+            hit = cycle.hit("engine", engine_id, cpu)
+            if hit is not None:
+                hits.append(hit)
+    return hits
 
 
-Query = Callable[[AlertRule, datetime, Shard], Statement]
-QUERIES: dict[str, Query] = {
+def _busiest_process(cycle: Cycle, window_s: int) -> dict[int, float]:
+    """Per engine: the highest average CPU % among the processes that served it, each
+    process's average over its slices in the window that served that engine."""
+    view, j0 = cycle.views["proc"], cycle.column("proc", window_s)
+    engines = view.engines()[:, j0:]
+    sums, counts = view.part("cpu_pct", "sum")[:, j0:], view.part("cpu_pct", "n")[:, j0:]
+    served = engines >= 0
+    pid = np.broadcast_to((view.keys & 0xFFFFFFFF)[:, None], engines.shape)[served]
+    pairs = np.stack([engines[served], pid], axis=1)
+    if not len(pairs):
+        return {}
+    groups, which = np.unique(pairs, axis=0, return_inverse=True)
+    which = which.reshape(-1)
+    total = np.bincount(which, weights=np.nan_to_num(sums[served]), minlength=len(groups))
+    n = np.bincount(which, weights=counts[served], minlength=len(groups))
+    busiest: dict[int, float] = {}
+    for (engine_id, _), s, c in zip(groups.tolist(), total, n, strict=True):
+        if c > 0:
+            busiest[engine_id] = max(busiest.get(engine_id, -np.inf), s / c)
+    return busiest
+
+
+def _engine_gpu_util(cycle: Cycle, window_s: int) -> dict[int, float]:
+    """Per engine: gpu.util_pct averaged over the slices of all its GPUs in the window."""
+    view, j0 = cycle.views["gpu"], cycle.column("gpu", window_s)
+    total = np.nansum(view.part("util_pct", "sum")[:, j0:], axis=1)
+    n = view.part("util_pct", "n")[:, j0:].sum(axis=1)
+    seen = in_window(view, j0)
+    at = {int(k): u for u, k in enumerate(view.keys.tolist()) if seen[u]}
+    sums: dict[int, list[float]] = {}
+    for engine_id, gpu_id in fetch(*engine_gpus_sql()):
+        u = at.get(gpu_id)
+        if u is not None:
+            pair = sums.setdefault(engine_id, [0.0, 0.0])
+            pair[0] += total[u]
+            pair[1] += n[u]
+    return {e: s / c for e, (s, c) in sums.items() if c > 0}
+
+
+Kind = Callable[[AlertRule, Cycle], list[Hit]]
+# kind -> (rule, cycle) -> the targets whose condition holds now
+NAMED: dict[str, Kind] = {
     RuleKind.HOST_NO_DATA: host_no_data,
     RuleKind.ENGINE_DOWN: engine_down,
     RuleKind.KV_PRESSURE: kv_pressure,
     RuleKind.MEMORY_BEYOND_SHARE: memory_beyond_share,
     RuleKind.CPU_BOUND_ENGINE: cpu_bound_engine,
 }
-
-
-def _runs(query: Query) -> Callable[[AlertRule, datetime, Shard], list[Hit]]:
-    def hits(rule: AlertRule, now: datetime, shard: Shard) -> list[Hit]:
-        return [Hit(*row) for row in fetch(*query(rule, now, shard))]
-    return hits
-
-
-# kind -> (rule, now, shard) -> the targets whose condition holds now
-NAMED: dict[str, Callable[[AlertRule, datetime, Shard], list[Hit]]] = {
-    kind: _runs(query) for kind, query in QUERIES.items()}

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.db import connection
 
-from controlplane.alerts.evaluate import evaluate
+from controlplane.alerts.evaluate import STORES, evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.preview import preview
 from controlplane.telemetry.schema import TABLES
@@ -45,10 +45,8 @@ def test_a_preview_keeps_to_the_rule_scope(empty_samples):
     assert {h.host for h in result.hits} == {"infer-1"} and result.count == 2
 
 
-def _evaluated_fleet(node, settings):
-    """The evaluator's slices of two lanes for a 5-minute rule, built at T0; then the raw rows
-    are gone, so only a preview that reads those slices can find the hot GPU."""
-    settings.PITWALL = {**settings.PITWALL, "ALERT_EVAL_LANES": 2}
+def _evaluated_fleet(node):
+    """The evaluator's slices for a 5-minute rule, built at T0; then the raw rows are gone."""
     samples("gpu", {"gpu_id": node.gpus[0].id}, lambda ts: {"temp_c": 91.0}, T0 - 400 * S)
     samples("gpu", {"gpu_id": node.gpus[1].id}, lambda ts: {"temp_c": 60.0}, T0 - 400 * S)
     AlertRule.objects.create(name="hot 5 min", metric="gpu.temp_c", aggregation="max",
@@ -65,34 +63,16 @@ def draft(window_s: int) -> AlertRule:
     return rule
 
 
-def test_a_preview_reads_the_evaluators_slices_as_of_its_last_cycle(empty_samples, settings):
+def test_a_preview_reads_raw_rows_as_of_the_request_not_the_evaluators_slices(empty_samples):
+    """The evaluator's slices live in the worker: a preview folds its own from raw rows now,
+    and leaves the evaluator's as they were."""
     node = make_node()
-    _evaluated_fleet(node, settings)
+    _evaluated_fleet(node)
 
     result = preview(draft(120), T0 + 4 * S)
 
-    assert [h.target for h in result.hits] == [f"gpu:{node.gpus[0].id}"]
-    assert result.now == T0  # the evaluator's instant, not the request's
-
-
-def test_a_window_longer_than_the_evaluators_is_built_from_raw_rows(empty_samples, settings):
-    node = make_node()
-    _evaluated_fleet(node, settings)
-
-    # longer than any enabled rule's on GPUs (the default pack's longest is 10 minutes)
-    result = preview(draft(900), T0 + 4 * S)
-
     assert (result.count, result.now) == (0, T0 + 4 * S)  # built now, from no raw rows
-
-
-def test_stale_evaluator_slices_are_not_read(empty_samples, settings):
-    node = make_node()
-    _evaluated_fleet(node, settings)
-
-    # the evaluator has not run for a minute: it may be stopped
-    result = preview(draft(120), T0 + 60 * S)
-
-    assert (result.count, result.now) == (0, T0 + 60 * S)
+    assert STORES["gpu"].hi == T0 and STORES["gpu"].blocks  # the evaluator's, untouched
 
 
 def test_a_preview_folding_only_its_metric_agrees_with_the_evaluator(node):

@@ -24,7 +24,7 @@ def hot(node) -> AlertRule:
                 threshold=85)
 
 
-def fails_in_the_database(rule_, now, shard):
+def fails_in_the_database(rule_, cycle):
     # a statement that fails in PostgreSQL aborts the transaction, not just the rule
     return fetch("SELECT 1 / (SELECT count(*) FROM fleet_host WHERE id < 0)", [])
 

@@ -10,7 +10,8 @@ To update the snapshots after a deliberate change (then read the diff before com
     PITWALL_UPDATE_SNAPSHOTS=1 .venv/bin/python -m pytest -q tests/alerts/test_sql_snapshots.py
 
 No database is needed: the builders only read the metric catalog. The statements run in the
-behaviour tests (test_aggregations_and_scope.py, test_operators_and_bitmasks.py, ...).
+behaviour tests (test_aggregations_and_scope.py, test_operators_and_bitmasks.py, ...). Windows
+themselves are array arithmetic in the evaluating process (windows/aggregate.py), not SQL.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ import pytest
 
 from controlplane.alerts import apply
 from controlplane.alerts.models import AlertRule, RuleKind
-from controlplane.alerts.named_kinds import QUERIES
-from controlplane.alerts.queries import entity_query, quantile_query
-from controlplane.alerts.rules import rule_metric
-from controlplane.alerts.shards import WHOLE, Shard
-from controlplane.alerts.windows.schema import SLICES
-from controlplane.alerts.windows.slices import build_sql
+from controlplane.alerts.named_kinds import (
+    engine_gpus_sql,
+    gpu_shares_sql,
+    host_no_data_sql,
+    reporting_engines_sql,
+)
+from controlplane.alerts.shards import Shard
+from controlplane.alerts.windows.raw import Reading, copy_sql
+from controlplane.telemetry.schema import TABLES
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("PITWALL_UPDATE_SNAPSHOTS") == "1"
@@ -43,81 +47,35 @@ BUCKETS = 7  # the most counts a histogram layout has (six bounds and +Inf)
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
-def threshold(id_: int, metric: str, aggregation: str, window_s: int, op: str, value: float,
-              bitmask: int | None = None) -> AlertRule:
-    return AlertRule(id=id_, name=f"rule {id_}", metric=metric, aggregation=aggregation,
-                     window_s=window_s, op=op, threshold=value, bitmask=bitmask)
-
-
-def group(*rules: AlertRule) -> list[tuple[AlertRule, object]]:
-    return [(r, rule_metric(r)) for r in rules]
-
-
 def named(kind: str, **fields) -> AlertRule:
     return AlertRule(id=1, name=kind, kind=kind, **fields)
 
 
 Case = Callable[[], tuple[str, dict | None]]
 
+def full_reading(entity: str) -> Reading:
+    """Every scalar column and histogram of an entity's raw table: what a cycle whose rules
+    read them all copies."""
+    table = TABLES[entity]
+    histograms = tuple(dict.fromkeys(c.metric for c in table.columns if c.part))
+    return Reading(entity, tuple(c for c in table.columns if c.metric and not c.part
+                                 and not c.metric.array), histograms,
+                   BUCKETS if histograms else 0)
+
+
 CASES: dict[str, tuple[str, Case]] = {
-    # threshold rules: one query per entity (queries.entity_query)
-    "threshold_gpu": ("queries.entity_query: every aggregation and operator on GPUs, two "
-                      "bitmasks, three aggregate windows (bands), last and rate; lane 2 of 2",
-                      lambda: entity_query("gpu", group(
-                          threshold(1, "gpu.temp_c", "avg", 60, ">", 85),
-                          threshold(2, "gpu.temp_c", "max", 300, ">=", 90),
-                          threshold(3, "gpu.util_pct", "min", 120, "<", 5),
-                          threshold(4, "gpu.throttle_reasons", "avg", 120, ">=", 0.5,
-                                    bitmask=232),
-                          threshold(5, "gpu.throttle_reasons", "avg", 300, ">=", 0.9,
-                                    bitmask=4),
-                          threshold(6, "gpu.xid_last", "max", 300, "!=", 0),
-                          threshold(7, "gpu.temp_c", "last", 60, "<=", 20),
-                          threshold(8, "gpu.ecc_dbe_total", "rate", 600, ">", 0),
-                          threshold(9, "gpu.power_w", "avg", 60, "==", 0),
-                      ), NOW, HALF)),
-    "threshold_host": ("queries.entity_query: one avg rule on hosts, the whole fleet",
-                       lambda: entity_query("host", group(
-                           threshold(1, "host.cpu_pct", "avg", 60, ">", 75)), NOW, WHOLE)),
-    "threshold_engine_points": ("queries.entity_query: last and rate only (no band scan)",
-                                lambda: entity_query("engine", group(
-                                    threshold(1, "engine.requests_waiting", "last", 30, ">", 10),
-                                    threshold(2, "engine.preemptions_per_s", "rate", 120, ">",
-                                              0.1)), NOW, WHOLE)),
-    "threshold_proc": ("queries.entity_query: processes, whose targets are the ones with "
-                       "slices in the window",
-                       lambda: entity_query("proc", group(
-                           threshold(1, "proc.cpu_pct", "avg", 120, ">=", 95),
-                           threshold(2, "proc.cpu_pct", "last", 30, ">=", 99)), NOW, WHOLE)),
-    "quantile_ttft": ("queries.quantile_query: TTFT buckets summed per engine and layout",
-                      lambda: quantile_query([AlertRule(
-                          id=1, name="ttft", metric="engine.ttft_seconds",
-                          aggregation="quantile", quantile=0.99, window_s=300, op=">",
-                          threshold=2.0)], NOW, HALF, BUCKETS)),
-    # named kinds: one statement per rule (named_kinds.QUERIES), lane 2 of 2
-    "kind_host_no_data": ("named_kinds.host_no_data", lambda: QUERIES[RuleKind.HOST_NO_DATA](
-        named(RuleKind.HOST_NO_DATA, window_s=60), NOW, HALF)),
-    "kind_engine_down": ("named_kinds.engine_down", lambda: QUERIES[RuleKind.ENGINE_DOWN](
-        named(RuleKind.ENGINE_DOWN, window_s=30), NOW, HALF)),
-    "kind_kv_pressure": ("named_kinds.kv_pressure", lambda: QUERIES[RuleKind.KV_PRESSURE](
-        named(RuleKind.KV_PRESSURE, window_s=60, op=">=", threshold=0.95,
-              params={"waiting_above": 0}), NOW, HALF)),
-    "kind_memory_beyond_share": ("named_kinds.memory_beyond_share",
-                                 lambda: QUERIES[RuleKind.MEMORY_BEYOND_SHARE](
-                                     named(RuleKind.MEMORY_BEYOND_SHARE, window_s=120, op=">",
-                                           threshold=0.05), NOW, HALF)),
-    "kind_cpu_bound_engine": ("named_kinds.cpu_bound_engine",
-                              lambda: QUERIES[RuleKind.CPU_BOUND_ENGINE](
-                                  named(RuleKind.CPU_BOUND_ENGINE, window_s=120, op=">=",
-                                        threshold=95, params={"gpu_util_below": 85}),
-                                  NOW, HALF)),
-    # the fold of raw rows into slices (windows.slices.build_sql); refresh binds lo and hi
-    **{f"slices_{entity}": (f"windows.slices.build_sql: the {entity} slices"
-                            + ("; lane 2 of 2" if entity == "gpu" else ""),
-                            lambda entity=entity: (
-                                build_sql(SLICES[entity], HALF if entity == "gpu" else WHOLE,
-                                          BUCKETS), None))
+    # the raw rows a cycle folds into slices (windows.raw.copy_sql); refresh binds lo and hi
+    **{f"raw_{entity}": (f"windows.raw.copy_sql: the {entity} rows, every column",
+                         lambda entity=entity: (copy_sql(full_reading(entity)), None))
        for entity in ("host", "gpu", "engine", "proc")},
+    # what the named kinds read of the fleet tables (named_kinds)
+    "kind_host_no_data": ("named_kinds.host_no_data_sql", lambda: host_no_data_sql(
+        named(RuleKind.HOST_NO_DATA, window_s=60), NOW)),
+    "kind_reporting_engines": ("named_kinds.reporting_engines_sql (engine_down)",
+                               lambda: reporting_engines_sql(
+                                   named(RuleKind.ENGINE_DOWN, window_s=30), NOW)),
+    "kind_gpu_shares": ("named_kinds.gpu_shares_sql (memory_beyond_share)", gpu_shares_sql),
+    "kind_engine_gpus": ("named_kinds.engine_gpus_sql (cpu_bound_engine)", engine_gpus_sql),
     # the state half of a cycle (apply.py)
     "apply_load_alerts": ("apply.load_alerts_sql: the alerts a cycle may step; lane 2 of 2",
                           lambda: (apply.load_alerts_sql(HALF), None)),

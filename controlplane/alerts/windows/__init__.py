@@ -1,5 +1,6 @@
-"""Rule windows from 10-s slices of the raw samples (schema.py says why and how)."""
+"""Rule windows from 10-s slices of the raw samples, kept in the evaluating process
+(store.py says why and how)."""
 
-from controlplane.alerts.windows.slices import ensure_partitions, isolated, refresh, window_start
+from controlplane.alerts.windows.slices import window_start
 
-__all__ = ["ensure_partitions", "isolated", "refresh", "window_start"]
+__all__ = ["window_start"]

@@ -1,0 +1,172 @@
+"""The slices of each entity, kept in the evaluating process between cycles.
+
+Each cycle brings every entity's slices up to ``now`` for the longest window its rules read:
+it reads only the raw rows since the previous cycle (``raw.read``) and folds them (``fold``).
+Rows that reach PostgreSQL up to ``LATE_S`` after their timestamp (the agent's send, the
+ingest writer's flush) still count: the slices from ``hi - LATE_S`` on are rebuilt. Rows later
+than that (a spool replayed after an outage) are not: alerting on minutes-old data helps
+nobody, and the agent-offline rule has already spoken.
+
+The slices live in this process, not in PostgreSQL: a steady cycle over 8,000 GPUs reads
+~15 s of raw rows and does its windows as array arithmetic (BENCHMARKS.md §7). What they cover
+is also written to ``alerts_slice_state`` in the cycle's transaction. A store trusts itself
+only when that row still says what it last wrote: another process evaluated meanwhile, a
+cycle rolled back, or the tables were emptied, and it rebuilds its whole span from raw rows
+(a 5-minute window of 8,000 GPUs: a few seconds, once). Whenever time goes backwards or the
+rules need columns or masks it does not hold, it rebuilds too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from agents.protocol import Entity
+from controlplane.alerts.windows.fold import Block, fold
+from controlplane.alerts.windows.raw import Reading, read
+from controlplane.alerts.windows.schema import STATE_TABLE
+from controlplane.alerts.windows.slices import SLICE_US, floor_slice, micros, window_start
+
+# Rows that arrive up to this long after their timestamp still count (see the module doc).
+LATE_S = 5
+Masks = dict[str, frozenset[int]]  # bitmask column -> the masks rules test
+
+
+@dataclass(frozen=True)
+class Need:
+    """What the rules of one cycle need of an entity's slices."""
+
+    longest_s: int
+    reading: Reading
+    masks: Masks
+
+
+class SliceStore:
+    """One entity's slices, ``(lo, hi]`` covered, a Block per slice number."""
+
+    def __init__(self, entity: Entity) -> None:
+        self.entity = entity
+        self.blocks: dict[int, Block] = {}
+        self.lo: datetime | None = None
+        self.hi: datetime | None = None
+        self.need: Need | None = None
+
+    def refresh(self, cursor, now: datetime, need: Need, trusted: bool = True) -> None:
+        """Cover the window of ``need`` ending at ``now``. ``cursor``: a psycopg cursor."""
+        lo = window_start(now, need.longest_s)
+        if not trusted or self.hi is None or self.hi > now or need.reading != (
+                self.need and self.need.reading) or need.masks != self.need.masks:
+            self.blocks = {}
+            self._fold(cursor, need, lo, now)
+        else:
+            start = max(floor_slice(self.hi - timedelta(seconds=LATE_S)), lo)
+            if lo < self.lo:  # a longer window appeared: only the span before is added
+                self._fold(cursor, need, lo, self.lo)
+            self._drop(lambda sid: sid >= micros(start) // SLICE_US)
+            self._fold(cursor, need, start, now)
+        self._drop(lambda sid: sid < micros(lo) // SLICE_US)
+        self.lo, self.hi, self.need = lo, now, need
+
+    def _fold(self, cursor, need: Need, lo: datetime, hi: datetime) -> None:
+        if hi > lo:
+            for block in fold(read(cursor, need.reading, lo, hi), need.masks):
+                self.blocks[block.sid] = block
+
+    def _drop(self, gone) -> None:
+        self.blocks = {sid: b for sid, b in self.blocks.items() if not gone(sid)}
+
+
+def refresh_stores(cursor, stores: dict[Entity, SliceStore], now: datetime,
+                   needs: dict[Entity, Need], record: bool = True) -> None:
+    """Bring these stores up to ``now``. ``record``: the evaluator's own stores, trusted only
+    while ``alerts_slice_state`` says what they last covered, and recorded there (see the
+    module doc); otherwise built afresh."""
+    marks = {}
+    if record:
+        cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE}")
+        marks = {entity: (lo, hi) for entity, lo, hi in cursor.fetchall()}
+    for entity, need in needs.items():
+        store = stores.setdefault(entity, SliceStore(entity))
+        trusted = record and marks.get(entity) == (store.lo, store.hi)
+        store.refresh(cursor, now, need, trusted)
+        if record:
+            cursor.execute(
+                f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%(e)s, %(lo)s, %(hi)s) "
+                f"ON CONFLICT (entity) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi",
+                {"e": entity, "lo": store.lo, "hi": store.hi})
+
+
+class View:
+    """One store's slices as (targets x slices) matrices, for one cycle: row ``u`` is target
+    ``keys[u]``, column ``j`` the slice ``sid0 + j``. Matrices are built on first use."""
+
+    def __init__(self, store: SliceStore, now: datetime) -> None:
+        self.sid0 = micros(store.lo) // SLICE_US
+        self.width = max(micros(now) // SLICE_US - self.sid0 + 1, 0)
+        blocks = [b for sid, b in sorted(store.blocks.items()) if sid < self.sid0 + self.width]
+        self.keys = np.unique(np.concatenate([b.keys for b in blocks])) if blocks \
+            else np.zeros(0, np.int64)
+        self._at = [(b.sid - self.sid0, np.searchsorted(self.keys, b.keys), b) for b in blocks]
+        self._cache: dict[tuple, np.ndarray] = {}
+
+    def column_of(self, sid: int) -> int:
+        return min(max(sid - self.sid0, 0), self.width)
+
+    def matrix(self, what: tuple, pick, fill: float, dtype=np.float64) -> np.ndarray:
+        """The (targets x slices) matrix of ``pick(block)``, ``fill`` where a target had no
+        rows in a slice; ``what`` names it in the cycle's cache."""
+        if what not in self._cache:
+            out = np.full((len(self.keys), self.width), fill, dtype)
+            for j, rows, block in self._at:
+                out[rows, j] = pick(block)
+            self._cache[what] = out
+        return self._cache[what]
+
+    def rows(self) -> np.ndarray:
+        return self.matrix(("rows",), lambda b: b.rows, 0, np.int64)
+
+    def part(self, column: str, part: str) -> np.ndarray:
+        if part == "n":
+            return self.matrix((column, "n"), lambda b: b.parts[column].n, 0, np.int64)
+        return self.matrix((column, part), lambda b: getattr(b.parts[column], part), np.nan)
+
+    def mask_hits(self, column: str, mask: int) -> np.ndarray:
+        return self.matrix((column, "mask", mask), lambda b: b.parts[column].masks[mask], 0,
+                           np.int64)
+
+    def times(self, which: str) -> np.ndarray:
+        return self.matrix((which,), lambda b: getattr(b, which), 0, np.int64)
+
+    def engines(self) -> np.ndarray:
+        return self.matrix(("engine",), lambda b: b.engine, -1, np.int64)
+
+    def layouts(self, key: str) -> np.ndarray:
+        return self.matrix((key, "layout"), lambda b: b.layouts[key], -1, np.int64)
+
+    def counts(self, key: str) -> np.ndarray:
+        """(targets x slices x buckets)."""
+        if (key, "counts") not in self._cache:
+            buckets = next((b.counts[key].shape[1] for _, _, b in self._at), 0)
+            out = np.zeros((len(self.keys), self.width, buckets), np.int64)
+            for j, rows, block in self._at:
+                out[rows, j] = block.counts[key]
+            self._cache[(key, "counts")] = out
+        return self._cache[(key, "counts")]
+
+    def newest(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per target: the column of its newest slice, and whether it has any."""
+        present = self.rows() > 0
+        has = present.any(axis=1)
+        newest = self.width - 1 - np.argmax(present[:, ::-1], axis=1) if self.width else \
+            np.zeros(len(self.keys), np.int64)
+        return newest, has
+
+    def oldest_from(self, j0: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per target: the column of its oldest slice at or after column ``j0``, and whether
+        it has one."""
+        present = self.rows()[:, j0:] > 0
+        has = present.any(axis=1)
+        return (np.argmax(present, axis=1) + j0 if present.shape[1] else
+                np.zeros(len(self.keys), np.int64)), has
