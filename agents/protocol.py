@@ -1,4 +1,4 @@
-"""Wire protocol v1 and the metric catalog: the one list every reader uses.
+"""Wire protocols v1 and v2 and the metric catalog: the one list every reader uses.
 
 Plain Python, no Django: the agent builds batches from this module and the control plane
 imports it (never the other way round). Adding a metric is one entry in ``CATALOG``.
@@ -13,14 +13,21 @@ A batch (agent -> ``POST /api/v1/ingest``)::
 Keys inside the sample entities are catalog names without the entity prefix. Counters travel
 as per-interval rates, histograms as per-interval bucket deltas; a metric a device does not
 support is absent, never 0.
+
+Protocol v2 carries the same batch column by column (``to_columns``; docs/protocol.md): the
+server decodes and checks it in C, a column at a time. Agents build v1 samples, spool them as
+v1 (any server replays them) and send v2 to servers that announce it (``PROTOCOLS_HEADER``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 PROTOCOL_VERSION = 1
+COLUMNS_VERSION = 2
+# A reply header listing the protocol versions the server accepts ("1, 2"); absent: v1 only.
+PROTOCOLS_HEADER = "Pitwall-Protocols"
 
 Entity = Literal["host", "gpu", "engine", "proc"]
 Kind = Literal["gauge", "rate", "histogram"]
@@ -145,3 +152,42 @@ def metrics_of(entity: Entity) -> tuple[Metric, ...]:
 
 def wire_keys(entity: Entity) -> dict[str, Metric]:
     return {m.key: m for m in metrics_of(entity)}
+
+
+# v2 section of each v1 sample list, and the key naming the entity of a row.
+COLUMN_SECTIONS = (("hosts", "host", None), ("gpus", "gpus", "uuid"),
+                   ("engines", "engines", "name"), ("processes", "processes", "pid"))
+
+
+def to_columns(batch: dict[str, Any]) -> dict[str, Any]:
+    """A v1 batch as protocol v2: ``ts`` once per sample, then per section one list per key.
+
+    ``at`` (each row's sample index) is only written when the batch holds several samples;
+    a key a row lacks is null in that row, and a key no row has is left out.
+    """
+    samples = batch.get("samples", [])
+    out: dict[str, Any] = {"protocol": COLUMNS_VERSION, "agent": batch["agent"]}
+    if "host" in batch:
+        out["host"] = batch["host"]
+    out["ts"] = [sample["ts"] for sample in samples]
+    several = len(samples) > 1
+    for section, key, _id in COLUMN_SECTIONS:
+        rows: list[tuple[int, dict[str, Any]]] = []
+        for i, sample in enumerate(samples):
+            value = sample.get(key)
+            if key == "host":
+                if value:
+                    rows.append((i, value))
+            else:
+                rows.extend((i, item) for item in value or ())
+        if rows:
+            out[section] = _columns(rows, several or key == "host" and len(rows) != len(samples))
+    return out
+
+
+def _columns(rows: list[tuple[int, dict[str, Any]]], with_at: bool) -> dict[str, Any]:
+    keys = dict.fromkeys(k for _, row in rows for k in row)
+    columns: dict[str, Any] = {"at": [i for i, _ in rows]} if with_at else {}
+    for key in keys:
+        columns[key] = [row.get(key) for _, row in rows]
+    return columns

@@ -23,6 +23,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from agents import __version__
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
+from agents.protocol import COLUMNS_VERSION, PROTOCOL_VERSION, PROTOCOLS_HEADER, to_columns
 from agents.spool import REPLAY_MAX_BATCHES, Batch, Spool, Spooled, encode, join_batches
 
 INGEST_PATH = "/api/v1/ingest"
@@ -65,7 +66,12 @@ def connect(url: SplitResult, timeout: float) -> http.client.HTTPConnection:
 
 
 class IngestClient:
-    """One persistent connection to the server."""
+    """One persistent connection to the server.
+
+    Live batches go out as protocol v2 (columns, cheaper for the server to check) once the
+    server's replies announce it (``Pitwall-Protocols: 1, 2``), as v1 until then and to a
+    server that does not; spooled batches are replayed as they were spooled (v1).
+    """
 
     def __init__(self, server: str, token: str, timeout: float = 10.0) -> None:
         url = server_url(server)
@@ -80,6 +86,7 @@ class IngestClient:
         }
         self._timeout = timeout
         self._conn: http.client.HTTPConnection | None = None
+        self.protocol = PROTOCOL_VERSION  # what live batches are sent as
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
@@ -89,8 +96,20 @@ class IngestClient:
     def post(self, payload: Batch | bytes) -> Reply:
         """``payload``: a batch, or a replay body already encoded as JSON. Replays are large
         and CPU-bound, so they are compressed fast; one live batch is compressed harder."""
-        body = (gzip.compress(payload, compresslevel=1, mtime=0) if isinstance(payload, bytes)
-                else gzip.compress(encode(payload), compresslevel=5, mtime=0))
+        columns = self.protocol == COLUMNS_VERSION and not isinstance(payload, bytes)
+        reply = self._post(payload, columns)
+        if columns and reply.status == 400 and reply.body.get("field") == "protocol":
+            # A server that no longer speaks v2 (rolled back): v1 from now on, this batch too.
+            self.protocol = PROTOCOL_VERSION
+            reply = self._post(payload, False)
+        return reply
+
+    def _post(self, payload: Batch | bytes, columns: bool) -> Reply:
+        if isinstance(payload, bytes):
+            body = gzip.compress(payload, compresslevel=1, mtime=0)
+        else:
+            body = gzip.compress(encode(to_columns(payload) if columns else payload),
+                                 compresslevel=5, mtime=0)
         reused = self._conn is not None
         try:
             try:
@@ -115,6 +134,8 @@ class IngestClient:
             raise
         if response.will_close:
             self.close()
+        announced = {v.strip() for v in (response.getheader(PROTOCOLS_HEADER) or "").split(",")}
+        self.protocol = COLUMNS_VERSION if str(COLUMNS_VERSION) in announced else PROTOCOL_VERSION
         try:
             body = json.loads(raw)
         except ValueError:  # a proxy's HTML error page, an empty body

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agents.protocol import PROTOCOLS_HEADER
+
 
 @dataclass
 class Recorded:
@@ -33,6 +35,8 @@ class FakeIngest:
     def __init__(self, port: int = 0) -> None:
         self.requests: list[Recorded] = []
         self.script: list[tuple[int, dict[str, Any]]] = []
+        # The Pitwall-Protocols reply header; None: none sent, as a v1-only server does.
+        self.protocols: str | None = None
         self.received = threading.Condition()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
@@ -79,6 +83,8 @@ class FakeIngest:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                if ingest.protocols is not None:
+                    self.send_header(PROTOCOLS_HEADER, ingest.protocols)
                 self.end_headers()
                 self.wfile.write(data)
 

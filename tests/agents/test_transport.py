@@ -1,5 +1,6 @@
 import pytest
 
+from agents.protocol import to_columns
 from agents.transport import IngestClient
 from tests.agents.fake_ingest import FakeIngest, free_port
 from tests.agents.harness import TOKEN, Harness
@@ -309,3 +310,51 @@ def test_the_sender_thread_survives_an_unexpected_error(fake_ingest, tmp_path):
 
     assert fake_ingest.requests[0].seqs == [1]
     assert any("sender" in w and "bug in the transport" in w for w in h.warnings)
+
+
+def test_live_batches_switch_to_protocol_2_once_the_server_announces_it(fake_ingest):
+    fake_ingest.protocols = "1, 2"
+    client = IngestClient(fake_ingest.url, TOKEN)
+
+    client.post(batch(1))
+    client.post(batch(2))
+
+    first, second = fake_ingest.requests
+    assert first.body == batch(1)  # nothing announced yet: v1
+    assert second.body == to_columns(batch(2))
+    assert second.body["protocol"] == 2 and second.body["hosts"] == {"load1": [0.5]}
+
+
+def test_an_agent_keeps_protocol_1_with_a_server_that_does_not_announce_2(fake_ingest):
+    client = IngestClient(fake_ingest.url, TOKEN)
+    for seq in (1, 2, 3):
+        client.post(batch(seq))
+
+    assert [r.body["protocol"] for r in fake_ingest.requests] == [1, 1, 1]
+
+
+def test_a_protocol_2_batch_refused_for_its_protocol_is_resent_as_protocol_1(fake_ingest):
+    fake_ingest.protocols = "1, 2"
+    client = IngestClient(fake_ingest.url, TOKEN)
+    client.post(batch(1))
+    fake_ingest.protocols = None  # the server was rolled back to a v1-only version
+    fake_ingest.script = [(400, {"error": "unsupported protocol version 2", "field": "protocol"})]
+
+    reply = client.post(batch(2))
+
+    assert reply.status == 200
+    assert [r.body["protocol"] for r in fake_ingest.requests] == [1, 2, 1]
+    assert fake_ingest.requests[-1].body == batch(2) and client.protocol == 1
+
+
+def test_a_spool_replay_travels_as_spooled_v1_to_a_server_that_speaks_2(fake_ingest, tmp_path):
+    fake_ingest.protocols = "1, 2"
+    h = Harness(fake_ingest.url, tmp_path)
+    h.shipper.client.protocol = 2
+    for seq in (1, 2, 3):
+        h.spool.append(batch(seq))
+
+    h.shipper.step()
+
+    [request] = fake_ingest.requests
+    assert request.body["protocol"] == 1 and request.seqs == [1, 2, 3]

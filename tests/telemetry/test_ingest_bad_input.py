@@ -30,9 +30,9 @@ def test_it_refuses_a_body_that_is_not_json(ingest, host_token):
 
 def test_it_refuses_an_unsupported_protocol_version(ingest, host_token):
     body = batch()
-    body["protocol"] = 2
+    body["protocol"] = 3
     reply = refused(ingest, body, host_token, field="protocol")
-    assert "speaks 1" in reply["error"]
+    assert "speaks 1 and 2" in reply["error"]
 
 
 @pytest.mark.parametrize("boot_id", [None, "not-a-uuid", 42])

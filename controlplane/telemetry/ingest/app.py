@@ -20,10 +20,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, connections
 
+from agents.protocol import PROTOCOLS_HEADER
 from controlplane.telemetry import partitions
+from controlplane.telemetry.ingest import columns, trace
 from controlplane.telemetry.ingest.copy import dsn_from_settings
 from controlplane.telemetry.ingest.credentials import TokenRefused
-from controlplane.telemetry.ingest.errors import BadRequest, join
+from controlplane.telemetry.ingest.errors import BadRequest
 from controlplane.telemetry.ingest.registry import Registry
 from controlplane.telemetry.ingest.rows import LayoutCache, build_rows, engines_seen
 from controlplane.telemetry.ingest.validate import Batch, parse_request
@@ -36,7 +38,9 @@ from controlplane.telemetry.ingest.writer import (
 )
 
 log = logging.getLogger(__name__)
-JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+# Every reply names the protocol versions this server accepts: agents switch to v2 on seeing it.
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store"),
+                (PROTOCOLS_HEADER.lower().encode(), b"1, 2")]
 
 
 class CommitListener(Protocol):
@@ -61,6 +65,8 @@ class IngestApp:
         self.layouts = LayoutCache()
         self.listeners: list[CommitListener] = []
         self.started = False
+        self.trace = trace.from_environment()
+        self.writer.trace = self.trace
 
     def listen(self, listener: CommitListener) -> None:
         """Feed ``listener`` the batches each flush committed (the writer's after-commit hook)
@@ -79,6 +85,8 @@ class IngestApp:
             except DatabaseError as exc:  # requests load what they need once it is back
                 log.warning("ingest could not preload tokens and hosts: %s", exc)
             _tune_gc()
+            if self.trace is not None:
+                self.trace.start()
 
     async def shutdown(self) -> None:
         if self.started:
@@ -86,6 +94,8 @@ class IngestApp:
             await self.writer.stop()  # the last flush still reaches the listeners
             for listener in self.listeners:
                 await listener.stop()
+            if self.trace is not None:
+                self.trace.stop()
         # The registry's ORM calls ran in asgiref's sync thread: close its connection too.
         await sync_to_async(connections.close_all)()
 
@@ -94,24 +104,33 @@ class IngestApp:
             await _reply(send, 405, {"error": "use POST"}, [(b"allow", b"POST")])
             return
         await self.startup()  # servers without lifespan support start the writer here
+        steps = [time.monotonic()] if self.trace is not None else None
         try:
-            status, body = 200, await self._handle(scope, receive)
+            status, body = 200, await self._handle(scope, receive, steps)
         except BadRequest as exc:
             status, body = exc.status, {"error": exc.message, "field": exc.field}
         except (StorageUnavailable, DatabaseError) as exc:
             status, body = 503, _unavailable(exc)
         await _reply(send, status, body)
+        if steps is not None and len(steps) == 6:
+            self.trace.request((*steps, time.monotonic()))  # type: ignore[union-attr]
 
-    async def _handle(self, scope, receive) -> dict:
+    async def _handle(self, scope, receive, steps: list[float] | None = None) -> dict:
         headers = dict(scope["headers"])
         credential = await self.registry.authenticate(headers.get(b"authorization"))
         host_id, token_id = credential.host_id, credential.token_id
         raw = await self._read_body(headers, receive)
-        try:
-            parsed = parse_request(orjson.loads(raw))
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"the body is not valid JSON: {exc}") from None
+        if steps is not None:
+            steps.append(time.monotonic())
+        parsed = columns.parse(raw)  # protocol 2; None: a v1 body
+        if parsed is None:
+            try:
+                parsed = parse_request(orjson.loads(raw))
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(f"the body is not valid JSON: {exc}") from None
         self._check_times(parsed.batches)
+        if steps is not None:
+            steps.append(time.monotonic())
         # Read (at most every CONFIG_TTL_S) before the batches are placed: the same reload
         # drops cached devices of hosts an administrator changed (inventory.move_gpu).
         version = await self.registry.config_version(host_id)
@@ -119,11 +138,15 @@ class IngestApp:
             # Each write below checks the token again, in its own transaction.
             await self.layouts.resolve(host_id, parsed.batches, token_id)
             work = [await self._work(host_id, token_id, batch) for batch in parsed.batches]
+            if steps is not None:
+                steps.append(time.monotonic())
             new = await self.writer.submit(work)
+            if steps is not None:
+                steps.extend((work[0].flush_started, max(w.committed for w in work)))
         except TokenRefused as exc:
             self.registry.refuse(exc.token_id, exc.message)
             raise
-        accepted = sum(len(b.samples) for b, is_new in zip(parsed.batches, new, strict=True)
+        accepted = sum(b.sample_count for b, is_new in zip(parsed.batches, new, strict=True)
                        if is_new)
         return {"accepted": accepted, "duplicates": new.count(False), "config_version": version,
                 "ignored": sorted(parsed.ignored)}
@@ -143,7 +166,7 @@ class IngestApp:
             host_id=host_id, boot_id=batch.boot_id, seq=batch.seq,
             agent_version=batch.agent_version,
             rows=build_rows(state, batch, self.layouts.ids),
-            days={partitions.day_of(s["ts"]) for s in batch.samples},
+            days={partitions.day_of(ts) for ts in batch.timestamps()},
             evicted_batches=batch.evicted_batches, evicted_samples=batch.evicted_samples,
             touch_host=touch_host, touch_engines=tuple(touch_engines), token_id=token_id)
 
@@ -152,18 +175,20 @@ class IngestApp:
         make partitions that maintenance drops), not further ahead than the allowed skew."""
         oldest, newest = partitions.raw_ts_range()
         for batch in batches:
-            for i, sample in enumerate(batch.samples):
-                ts = sample["ts"]
+            times = batch.timestamps()
+            if times and oldest <= min(times) and max(times) <= newest:
+                continue  # min and max loop in C; the loop below only names the bad one
+            for i, ts in enumerate(times):
                 if ts > newest:
                     raise BadRequest(
                         f"ts is {ts - time.time():.0f} s in the future; check the "
-                        f"agent's clock (NTP)", join(batch.path, f"samples[{i}].ts"))
+                        f"agent's clock (NTP)", batch.ts_field(i))
                 if ts < oldest:
                     days = settings.PITWALL["RAW_RETENTION_DAYS"]
                     raise BadRequest(
                         f"ts is {(time.time() - ts) / 86400:.1f} days old, older than the raw "
                         f"retention ({days} days): it would never be kept; check the agent's "
-                        f"clock (NTP)", join(batch.path, f"samples[{i}].ts"))
+                        f"clock (NTP)", batch.ts_field(i))
 
     async def _read_body(self, headers: dict, receive) -> bytes:
         ctype = headers.get(b"content-type", b"application/json").split(b";")[0].strip()

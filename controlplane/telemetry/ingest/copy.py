@@ -1,9 +1,10 @@
 """Binary COPY into the sample tables, with timestamps sent as unix seconds.
 
 Agents send ``ts`` as float unix seconds. Turning each into a ``datetime`` only for psycopg to
-turn it back into microseconds would cost more than the rest of the row, so the COPY
-connection dumps floats straight into PostgreSQL's binary timestamptz (microseconds since
-2000-01-01).
+turn it back into microseconds would cost more than the rest of the row, so floats go straight
+into PostgreSQL's binary timestamptz (microseconds since 2000-01-01). The ingest writer's rows
+are encoded a column at a time (binary.py) and written as one buffer per table; the dumpers
+below serve row-at-a-time writers (tests/bench/pk_order.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
+from controlplane.telemetry.ingest import binary
 from controlplane.telemetry.schema import TABLES
 
 PG_EPOCH = 946684800.0  # 2000-01-01T00:00:00Z in unix seconds
@@ -117,9 +119,7 @@ async def copy_rows(conn, table: str, rows: list[tuple], conflict_safe: bool = F
         async with cur.copy(
             f"COPY {target} ({_COLUMN_LISTS[table]}) FROM STDIN (FORMAT BINARY)"
         ) as copy:
-            copy.set_types(_TYPES[table])
-            for row in rows:
-                await copy.write_row(row)
+            await copy.write(binary.encode(_TYPES[table], rows))
         if conflict_safe:
             pk = ", ".join(_TABLES[table].primary_key)
             await cur.execute(

@@ -248,6 +248,8 @@ class Registry:
     @staticmethod
     def _unknown(state: HostState, batch: Batch) -> str | None:
         """The field path of the first GPU or engine this host does not have, if any."""
+        if not hasattr(batch, "samples"):  # protocol v2 (columns.Columns)
+            return batch.unknown_device(state.gpu_ids, state.engine_ids)  # type: ignore[attr-defined]
         for i, sample in enumerate(batch.samples):
             for j, gpu in enumerate(sample.get("gpus") or ()):
                 if gpu["uuid"] not in state.gpu_ids:

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 
 from controlplane.fleet.models import Host
+from controlplane.telemetry.ingest.columns import Columns, rows_of
 from controlplane.telemetry.ingest.credentials import check_token
 from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.registry import HostState
@@ -40,6 +41,11 @@ HOST_KEYS = _plain_keys(HOST)
 GPU_KEYS = _plain_keys(GPU)
 PROC_KEYS = [c.metric.key if c.metric else c.name for c in PROC.columns[1:]]  # after engine_id
 ENGINE_PLAN = _engine_plan(ENGINE)
+# Protocol v2 (columns.py): per section, its table and the (wire key, part) of each column.
+COLUMN_PLAN = (("hosts", HOST.name, [(k, "") for k in HOST_KEYS or ()]),
+               ("gpus", GPU.name, [(k, "") for k in GPU_KEYS or ()]),
+               ("engines", ENGINE.name, ENGINE_PLAN),
+               ("processes", PROC.name, [(k, "") for k in PROC_KEYS]))
 
 
 def max_layouts_per_host() -> int:
@@ -79,6 +85,9 @@ class LayoutCache:
 
 def _bounds(batches: list[Batch]) -> Iterator[tuple]:
     for batch in batches:
+        if isinstance(batch, Columns):
+            yield from batch.histogram_bounds()
+            continue
         for sample in batch.samples:
             for engine in sample.get("engines") or ():
                 for value in engine.values():
@@ -89,6 +98,11 @@ def _bounds(batches: list[Batch]) -> Iterator[tuple]:
 def _path_of(batches: list[Batch], bounds: tuple) -> str:
     """The field of the first histogram with these bounds (only to name a refusal)."""
     for batch in batches:
+        if isinstance(batch, Columns):
+            found = batch.bounds_field(bounds)
+            if found:
+                return found
+            continue
         for i, sample in enumerate(batch.samples):
             for j, engine in enumerate(sample.get("engines") or ()):
                 for key, value in engine.items():
@@ -126,7 +140,9 @@ def _register_layouts(host_id: int, wanted: list[tuple],
     return have
 
 
-def build_rows(state: HostState, batch: Batch, layouts: dict[tuple, int]) -> Rows:
+def build_rows(state: HostState, batch: Batch | Columns, layouts: dict[tuple, int]) -> Rows:
+    if isinstance(batch, Columns):
+        return rows_of(batch, state, layouts, COLUMN_PLAN)
     rows: Rows = {HOST.name: [], GPU.name: [], ENGINE.name: [], PROC.name: []}
     host_id, gpu_ids, engine_ids = state.host_id, state.gpu_ids, state.engine_ids
     for sample in batch.samples:
@@ -157,6 +173,8 @@ def _engine_values(engine: dict, layouts: dict[tuple, int]) -> list:
     return values
 
 
-def engines_seen(state: HostState, batch: Batch) -> set[int]:
+def engines_seen(state: HostState, batch: Batch | Columns) -> set[int]:
+    if isinstance(batch, Columns):
+        return batch.engines_up(state.engine_ids)
     return {state.engine_ids[e["name"]] for s in batch.samples for e in s.get("engines") or ()
             if e.get("up")}

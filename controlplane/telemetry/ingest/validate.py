@@ -1,4 +1,4 @@
-"""Validation of protocol-v1 request bodies, driven by the metric catalog.
+"""Validation of protocol-v1 request bodies (v2: columns.py), driven by the metric catalog.
 
 Pure Python and fast: it runs once per value on the ingest hot path. Every refusal names the
 field (``samples[3].gpus[1].util_pct``) and refuses the whole request; nothing is stored.
@@ -10,7 +10,13 @@ import functools
 import uuid
 from dataclasses import dataclass, field
 
-from agents.protocol import PROCESS_ATTRIBUTES, PROTOCOL_VERSION, Metric, wire_keys
+from agents.protocol import (
+    COLUMNS_VERSION,
+    PROCESS_ATTRIBUTES,
+    PROTOCOL_VERSION,
+    Metric,
+    wire_keys,
+)
 from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.inventory_schema import check_inventory
 
@@ -35,6 +41,17 @@ class Batch:
     evicted_batches: int = 0
     evicted_samples: int = 0
     path: str = ""  # "" or "batches[i]": where this batch sits in the request, for messages
+
+    # What the ingest path asks of a batch of either protocol (v2: columns.Columns).
+    @property
+    def sample_count(self) -> int:
+        return len(self.samples)
+
+    def timestamps(self) -> list[float]:
+        return [sample["ts"] for sample in self.samples]
+
+    def ts_field(self, i: int) -> str:
+        return join(self.path, f"samples[{i}].ts")
 
 
 @dataclass
@@ -78,7 +95,8 @@ def _check_protocol(obj: dict, path: str) -> None:
     version = obj.get("protocol")
     if version != PROTOCOL_VERSION or isinstance(version, bool):
         raise BadRequest(
-            f"unsupported protocol version {version!r}; this server speaks {PROTOCOL_VERSION}",
+            f"unsupported protocol version {version!r}; this server speaks {PROTOCOL_VERSION}"
+            f" and {COLUMNS_VERSION} (the batches of a request share its version)",
             join(path, "protocol"),
         )
 

@@ -57,6 +57,8 @@ class Work:
     touch_engines: tuple[int, ...] = ()
     token_id: int | None = None  # the agent token it came with; None: not checked (internal)
     future: asyncio.Future = field(default=None)  # type: ignore[assignment]
+    flush_started: float = 0.0  # monotonic instants, for the timing trace (trace.py)
+    committed: float = 0.0
 
     @property
     def row_count(self) -> int:
@@ -97,6 +99,8 @@ class Writer:
         self._known_days: set = set()
         self._stopping = False
         self.after_commit: list = []  # callables(list[Work]) run after each commit
+        self.trace = None  # a trace.Trace while PITWALL_INGEST_TRACE is set
+        self._steps: list[float] = []  # the current flush's phase instants, when tracing
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="pitwall-ingest-writer")
@@ -149,6 +153,8 @@ class Writer:
         work = self._within_window(work)
         if not work:
             return
+        started = time.monotonic()
+        self._steps = []
         try:
             stored = await self._flush(work)
         except Exception as exc:  # noqa: BLE001 - every failure is answered, none is stored
@@ -160,7 +166,9 @@ class Writer:
                 if not item.future.done():
                     item.future.set_exception(StorageUnavailable(str(exc), incident))
             return
+        committed = time.monotonic()
         for item, outcome in zip(work, stored, strict=True):
+            item.flush_started, item.committed = started, committed
             if not item.future.done():
                 if isinstance(outcome, TokenRefused):
                     item.future.set_exception(outcome)
@@ -171,6 +179,9 @@ class Writer:
                 callback([w for w, new in zip(work, stored, strict=True) if new is True])
             except Exception:  # noqa: BLE001 - a live-push failure must not fail ingest
                 log.exception("after-commit callback failed")
+        if self.trace is not None:
+            self.trace.flush((started, len(work), sum(w.row_count for w in work),
+                              *self._steps, committed, time.monotonic()))
 
     def _within_window(self, work: list[Work]) -> list[Work]:
         """The items whose new days may be partitioned; the others are refused here."""
@@ -215,6 +226,7 @@ class Writer:
             refused = await self._refused_tokens(conn, work)
             allowed = [w for w in work if w.token_id not in refused] if refused else work
             new = await self._claim(conn, allowed) if allowed else []
+            self._steps.append(time.monotonic())
             fresh = [w for w, is_new in zip(allowed, new, strict=True) if is_new]
             tables: dict[str, list[tuple]] = {}
             for item in fresh:
@@ -223,6 +235,7 @@ class Writer:
             for table, rows in tables.items():
                 if rows:
                     await copy_rows(conn, table, rows, conflict_safe)
+            self._steps.append(time.monotonic())
             await self._count_evictions(conn, fresh)
             await late.record(conn, fresh)  # rollups redo the minutes late samples reached
         if not refused:
