@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psutil
@@ -67,6 +67,27 @@ def process_tree(pid: int) -> list[psutil.Process]:
 def postgres_processes() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] in ("postgres",)
             or (p.info["name"] or "").startswith("postgres")]
+
+
+# PostgreSQL's own processes that work for every database (the WAL and its flushes to disk).
+SHARED_BACKENDS = ("walwriter", "checkpointer", "background writer", "autovacuum launcher")
+
+
+def postgres_processes_of(dbname: str = "") -> list[psutil.Process]:
+    """The PostgreSQL processes working for ``dbname`` (the bench database by default) and the
+    shared ones: other sessions' databases on the same server are left out of the count."""
+    import psycopg
+
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres",
+                         autocommit=True) as conn:
+        pids = [row[0] for row in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE (datname = %s AND pid <> pg_backend_pid())"
+            " OR backend_type = ANY(%s)", (dbname or BENCH_DB, list(SHARED_BACKENDS)))]
+    found = []
+    for pid in pids:
+        with suppress(psutil.Error):
+            found.append(psutil.Process(pid))
+    return found
 
 
 class CpuMeter:

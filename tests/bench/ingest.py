@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 
 import psutil
+import uvloop
 
-from tests.bench import harness, loadgen
+from tests.bench import harness, ingest_tail, loadgen
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,6 +36,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var" / "bench" /
                         "ingest.json")
+    parser.add_argument("--protocol", type=int, choices=(1, 2), default=2,
+                        help="the wire protocol the simulated agents send (docs/protocol.md)")
+    parser.add_argument("--trace", action="store_true",
+                        help="time each request's steps in the server and explain the slow ones")
+    parser.add_argument("--slow-ms", type=float, default=100.0,
+                        help="with --trace: requests slower than this are explained")
     return parser.parse_args(argv)
 
 
@@ -75,21 +82,26 @@ async def drive(args, agents, server_pid) -> dict:
     measure_from = start + args.warmup
     until = measure_from + args.duration
     server_cpu = harness.CpuMeter(lambda: harness.process_tree(server_pid))
-    pg_cpu = harness.CpuMeter(harness.postgres_processes)
+    pg_cpu = harness.CpuMeter(harness.postgres_processes_of)
     self_cpu = harness.CpuMeter(lambda: [psutil.Process()])
+    sampler = ingest_tail.Sampler()
     tasks = [asyncio.create_task(loadgen.run_agent(a, args.port, args.interval, until,
                                                    measure_from, results)) for a in agents]
     await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
     rows_before = await asyncio.to_thread(count_rows)
     for meter in (server_cpu, pg_cpu, self_cpu):
         meter.start()
+    sampler.start()
     wall = time.monotonic()
     await asyncio.sleep(max(0.0, until - time.monotonic()))
     elapsed = time.monotonic() - wall
     cpu = {"server": server_cpu.stop(), "postgres": pg_cpu.stop(), "loadgen": self_cpu.stop()}
+    await sampler.stop()
     rows_after = await asyncio.to_thread(count_rows)
     await asyncio.gather(*tasks)
-    return summarise(args, results, elapsed, cpu, rows_before, rows_after)
+    report = summarise(args, results, elapsed, cpu, rows_before, rows_after)
+    report["machine_load"] = ingest_tail.machine_summary(sampler.seconds)
+    return report, sampler, (measure_from, until)
 
 
 def summarise(args, results, elapsed, cpu, before, after) -> dict:
@@ -100,6 +112,7 @@ def summarise(args, results, elapsed, cpu, before, after) -> dict:
     lat = results.latencies
     return {
         "machine": harness.machine(), "agents": args.agents, "gpus_per_agent": args.gpus,
+        "protocol": args.protocol,
         "workers": args.workers, "interval_s": args.interval, "measured_s": round(elapsed, 1),
         "batches_per_s": round(results.ok / elapsed, 1),
         "gpu_rows_per_s": round(stored["gpu"] / elapsed, 1),
@@ -113,6 +126,7 @@ def summarise(args, results, elapsed, cpu, before, after) -> dict:
                                      for k, v in cpu.items()},
         "cores_busy": {k: round(v / elapsed, 2) for k, v in cpu.items()},
         "stored_rows": stored,
+        "sent": results.sent, "latencies": lat,  # for the tail analysis, then dropped
     }
 
 
@@ -125,9 +139,23 @@ def main(argv=None) -> int:
           flush=True)
     harness.fresh_database(env)
     issued = create_tokens(args.agents)
-    agents = [loadgen.Agent(hostname, token, args.gpus) for hostname, token in issued]
+    agents = [loadgen.Agent(hostname, token, args.gpus, args.protocol)
+              for hostname, token in issued]
+    trace_dir = harness.ROOT / "var" / "bench" / "ingest-trace"
+    if args.trace:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        for old in trace_dir.glob("server.*.json"):
+            old.unlink()
+        env["PITWALL_INGEST_TRACE"] = str(trace_dir / "server")
     with harness.server(env, args.port, args.workers) as proc:
-        report = asyncio.run(drive(args, agents, proc.pid))
+        # uvloop: the load generator shares the 2 cores, so its own loop should cost little.
+        report, sampler, window = uvloop.run(drive(args, agents, proc.pid))
+    if args.trace:  # the server's processes wrote their traces as they stopped
+        report["tail"] = ingest_tail.analyse(
+            list(zip(report.pop("sent"), report.pop("latencies"), strict=True)),
+            sorted(trace_dir.glob("server.*.json")), sampler, window, args.slow_ms / 1000)
+    report.pop("sent", None)
+    report.pop("latencies", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))

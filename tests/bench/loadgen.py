@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from agents.protocol import to_columns
+
 GPU_VALUES = {
     "mem_used_bytes": 72 * 2**30, "mem_total_bytes": 80 * 2**30, "util_pct": 97.0,
     "mem_util_pct": 61.0, "temp_c": 67.0, "power_w": 612.5, "power_limit_w": 700.0,
@@ -64,16 +66,17 @@ def values_per_batch(gpus: int) -> dict[str, int]:
 
 
 class Agent:
-    """One simulated agent: a boot id, a seq counter, a body template."""
+    """One simulated agent: a boot id, a seq counter, a body template (protocol 1 or 2)."""
 
-    def __init__(self, hostname: str, token: str, gpus: int) -> None:
+    def __init__(self, hostname: str, token: str, gpus: int, protocol: int = 2) -> None:
         self.hostname, self.token, self.gpus = hostname, token, gpus
+        self.protocol = protocol
         self.boot_id = str(uuid.uuid4())
         self.seq = 0
         body = {"protocol": 1, "agent": {"version": "bench", "boot_id": self.boot_id,
                                          "seq": 123456789},
                 "samples": [sample_template(hostname, gpus) | {"ts": 1.5e9}]}
-        raw = orjson.dumps(body)
+        raw = orjson.dumps(self._wire(body))
         self.head, rest = raw.split(b"123456789", 1)
         self.middle, self.tail = rest.split(b"1500000000.0", 1)
 
@@ -83,7 +86,10 @@ class Agent:
                                          "seq": self.seq}, "host": inventory(self.hostname,
                                                                              self.gpus),
                 "samples": [sample_template(self.hostname, self.gpus) | {"ts": time.time()}]}
-        return orjson.dumps(body)
+        return orjson.dumps(self._wire(body))
+
+    def _wire(self, body: dict) -> dict:
+        return to_columns(body) if self.protocol == 2 else body
 
     def next_body(self) -> bytes:
         self.seq += 1
@@ -94,6 +100,7 @@ class Agent:
 @dataclass
 class Results:
     latencies: list[float] = field(default_factory=list)
+    sent: list[float] = field(default_factory=list)  # monotonic send instant of each latency
     errors: dict[str, int] = field(default_factory=dict)
     ok: int = 0
 
@@ -151,6 +158,7 @@ async def run_agent(agent: Agent, port: int, interval: float, until: float,
                 if status == 200:
                     results.ok += 1
                     results.latencies.append(time.monotonic() - started)
+                    results.sent.append(started)
                 else:
                     results.error(f"HTTP {status}: {payload[:80]!r}")
         next_at += interval
