@@ -1,7 +1,7 @@
 """Stack cost: CPU and memory of every process of `make run` while 1,000 agents x 8 GPUs report.
 
-    make bench-stack                               # 1,000 agents x 8 GPUs at 1 Hz, 60 s window
-    python -m tests.bench.stack_cost --agents 1000 --warmup 120 --duration 300
+    make bench-stack         # 1,000 agents x 8 GPUs at 1 Hz: 600 s warm-up, then a 60-s window
+    python -m tests.bench.stack_cost --warmup 60 --duration 60  # a quick look: windows not full
 
 Starts what `make run` starts (``manage.py runstack``: the ASGI server, the Celery worker with
 the default alert pack, beat) without its simulated fleet (``--sim-hosts 0``), on the bench
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.bench import harness, loadgen
+from tests.bench import autovacuum, harness, loadgen
 from tests.bench.stack_sampler import Sampler
 
 OUT_DIR = harness.ROOT / "var" / "bench"
@@ -40,8 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between batches")
-    parser.add_argument("--warmup", type=float, default=60.0,
-                        help="seconds of load before the window (alert windows fill meanwhile)")
+    parser.add_argument("--warmup", type=float, default=600.0,
+                        help="seconds of load before the window: the default pack's longest "
+                             "window is 600 s, and a cycle's cost grows while they fill")
     parser.add_argument("--duration", type=float, default=60.0, help="sampled seconds")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--port", type=int, default=18790)
@@ -49,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="this bench's own Redis DB number (flushed before and after)")
     parser.add_argument("--web-workers", type=int, default=None,
                         help="uvicorn workers (default: runstack's, i.e. make run's)")
+    parser.add_argument("--vacuum-every", type=float, default=60.0,
+                        help="when the server runs with autovacuum off: vacuum what "
+                             "autovacuum would, this often (tests/bench/autovacuum.py); 0: never")
     parser.add_argument("--out", type=Path, default=OUT_DIR / "stack_cost.json")
     parser.add_argument("--loadgen-child", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -66,12 +70,24 @@ async def drive(args) -> dict:
     # CLOCK_MONOTONIC is system-wide: the parent samples over the same instants.
     print(json.dumps({"measure_from": measure_from, "until": until}), flush=True)
     results = loadgen.Results()
-    await asyncio.gather(*(loadgen.run_agent(a, args.port, args.interval, until, measure_from,
-                                             results) for a in agents))
+    await asyncio.gather(*(keep_sending(a, args, until, measure_from, results) for a in agents))
     lat = results.latencies
     return {"batches_ok": results.ok, "errors": results.errors,
             "latency_ms": {q: round(harness.percentile(lat, p) * 1000, 1)
                            for q, p in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))}}
+
+
+async def keep_sending(agent, args, until: float, measure_from: float, results) -> None:
+    """One agent until the window ends, whatever befalls its connection: a connection the
+    server closed between two batches (its keep-alive timeout, when this process is starved of
+    CPU for seconds) ends loadgen.run_agent with an exception; count it and go on."""
+    while time.monotonic() < until:
+        try:
+            await loadgen.run_agent(agent, args.port, args.interval, until, measure_from,
+                                    results)
+        except (IndexError, ValueError, ConnectionError) as exc:
+            if time.monotonic() >= measure_from:
+                results.error(f"connection lost ({type(exc).__name__})")
 
 
 def loadgen_main(args) -> int:
@@ -158,15 +174,15 @@ def db_state(conn, dbname: str) -> dict:
     database's size, and the GPU sample rows."""
     from controlplane.telemetry.schema import TABLES
 
+    at = time.monotonic()  # the count's snapshot is taken as it starts: it may take seconds
     with conn.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {TABLES['gpu'].name}")
+        gpu_rows = cur.fetchone()[0]
         cur.execute(SIZES_SQL)
         tables = {name: int(size) for name, size in cur.fetchall()}
         cur.execute("SELECT pg_database_size(%s)", (dbname,))
         total = cur.fetchone()[0]
-        cur.execute(f"SELECT count(*) FROM {TABLES['gpu'].name}")
-        gpu_rows = cur.fetchone()[0]
-    return {"tables": tables, "database": total, "gpu_rows": gpu_rows,
-            "at": time.monotonic()}
+    return {"tables": tables, "database": total, "gpu_rows": gpu_rows, "at": at}
 
 
 def disk_growth(before: dict, after: dict) -> dict:
@@ -214,8 +230,12 @@ def measure(args, env: dict, tokens: Path, log: Path) -> dict:
 
     dbname = harness.BENCH_DB
     stack = start_stack(args, env, log)
+    vacuum = None
     try:
         monitor = psycopg.connect("host=127.0.0.1 dbname=postgres", autocommit=True)
+        if args.vacuum_every and not autovacuum.server_autovacuum_on(monitor):
+            vacuum = autovacuum.StandIn(f"host=127.0.0.1 dbname={dbname}", args.vacuum_every)
+            vacuum.start()
         sizes = psycopg.connect(f"host=127.0.0.1 dbname={dbname}", autocommit=True)
         lg, window = start_loadgen(args, env, tokens)
         sampler = Sampler(stack.pid, monitor, dbname, lg.pid, {sizes.info.backend_pid})
@@ -227,7 +247,7 @@ def measure(args, env: dict, tokens: Path, log: Path) -> dict:
             sampler.sample()
         sampler.stop()
         after, log_to = db_state(sizes, dbname), log.stat().st_size
-        out, _ = lg.communicate(timeout=120)
+        out, _ = lg.communicate(timeout=max(0.0, window["until"] - time.monotonic()) + 120)
         with monitor.cursor() as cur:
             cur.execute("SELECT name, setting, unit FROM pg_settings WHERE name IN "
                         "('shared_buffers', 'autovacuum', 'max_wal_size')")
@@ -235,6 +255,8 @@ def measure(args, env: dict, tokens: Path, log: Path) -> dict:
         monitor.close()
         sizes.close()
     finally:
+        if vacuum is not None:
+            vacuum.stop()
         stop_stack(stack)
     return {"usage": sampler.report(), "load": json.loads(out.strip().splitlines()[-1]),
             "disk": disk_growth(before, after), "worker_log": task_times(log, log_from, log_to),
@@ -242,7 +264,15 @@ def measure(args, env: dict, tokens: Path, log: Path) -> dict:
             "alert_cycles_s_since_start": task_times(log, 0, log_to)["alert_cycles_s"],
             "gpu_rows_per_s": round((after["gpu_rows"] - before["gpu_rows"]) /
                                     (after["at"] - before["at"]), 1),
-            "postgres_settings": pg_settings}
+            "postgres_settings": pg_settings,
+            "vacuum": vacuum_note(args, vacuum)}
+
+
+def vacuum_note(args, vacuum: autovacuum.StandIn | None) -> str:
+    if vacuum is not None:
+        return (f"autovacuum off on the server: stand-in every {args.vacuum_every:g} s, "
+                f"{vacuum.rounds} rounds, {vacuum.tables} tables vacuumed or analyzed")
+    return "no stand-in: the server's autovacuum setting is in postgres_settings"
 
 
 def summarise(args, run: dict) -> dict:
@@ -259,6 +289,7 @@ def summarise(args, run: dict) -> dict:
         "redis_db": args.redis_db,
         # The load generator counts the batches sent in its window of args.duration seconds.
         "batches_per_s": round(load["batches_ok"] / args.duration, 1),
+        "gpu_rows_offered_per_s": args.agents * args.gpus / args.interval,
         "values_per_s": round(values / args.duration), **run,
         "billed_cpu_s_per_million_values": round(billed["cores"] * args.duration
                                                  / max(values, 1) * 1e6, 2),
@@ -286,13 +317,15 @@ def table(report: dict) -> str:
         f"{disk['history_gib_per_day']:.1f} GiB/day, about {report['history_gib_at_raw_retention']}"
         f" GiB held over the {report['raw_retention_days']}-day raw retention",
         f"load: {report['batches_per_s']:.0f} batches/s, {report['values_per_s']:,} values/s, "
-        f"{report['gpu_rows_per_s']:.0f} GPU rows/s stored, latency {report['load']['latency_ms']}"
+        f"{report['gpu_rows_per_s']:.0f} GPU rows/s stored of "
+        f"{report['gpu_rows_offered_per_s']:.0f} offered, latency {report['load']['latency_ms']}"
         f", errors {report['load']['errors'] or 'none'}; billed "
         f"{report['billed_cpu_s_per_million_values']} CPU-s per million values",
         f"alert cycle (worker log, {cycle['runs']} cycles): mean {cycle['mean_s']} s, max "
         f"{cycle['max_s']} s" if cycle else "alert cycle: none finished in the window",
         f"machine busy {u['machine_busy_cores']} cores over the window, of which "
         f"{u['unlisted_busy_cores']} in processes not listed (other sessions)",
+        f"vacuum: {report['vacuum']}",
     ]
     return "\n".join(lines)
 
