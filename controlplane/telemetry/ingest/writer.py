@@ -92,6 +92,7 @@ class Writer:
         self.flush_s = flush_ms / 1000
         self._pending: list[Work] = []
         self._pending_rows = 0
+        self._oldest = 0.0  # when the oldest pending batch arrived (monotonic)
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
         self._conn: psycopg.AsyncConnection | None = None
@@ -120,6 +121,8 @@ class Writer:
         if self._stopping:
             raise StorageUnavailable("the server is shutting down")
         loop = asyncio.get_running_loop()
+        if not self._pending:
+            self._oldest = time.monotonic()  # its flush is due flush_ms from now
         for item in items:
             item.future = loop.create_future()
             self._pending.append(item)
@@ -129,6 +132,8 @@ class Writer:
         # only delays the agent, which sends its next group after this one's reply.
         if self._pending_rows >= self.flush_rows or len(items) > 1:
             self._full.set()
+        if len(items) == 1:  # a live batch: no gather (a task per request) needed
+            return [await items[0].future]
         # Every outcome is collected (none left unretrieved); the first refusal is raised.
         outcomes = await asyncio.gather(*(item.future for item in items),
                                         return_exceptions=True)
@@ -140,9 +145,13 @@ class Writer:
     async def _run(self) -> None:
         while not (self._stopping and not self._pending):
             await self._wake.wait()
-            if not self._stopping and self.flush_s:
+            # Due flush_ms after the oldest waiting batch arrived, not after the previous
+            # flush ended: a batch that came during a slow flush does not wait a whole
+            # window more (issue 17: the tail under load).
+            left = self._oldest + self.flush_s - time.monotonic()
+            if not self._stopping and left > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._full.wait(), self.flush_s)
+                    await asyncio.wait_for(self._full.wait(), left)
             work, self._pending, self._pending_rows = self._pending, [], 0
             self._wake.clear()
             self._full.clear()
