@@ -20,6 +20,7 @@ app.autodiscover_tasks(["controlplane.alerts.delivery"])
 # settings.PITWALL["ROLLUP_INTERVAL_S"] reads the same variable; this module is imported before
 # Django's settings are configured, so it reads it itself.
 ROLLUP_INTERVAL_S = envint("PITWALL_ROLLUP_INTERVAL_S", 60, minimum=1)
+PACK_INTERVAL_S = envint("PITWALL_PACK_INTERVAL_S", 300, minimum=1)
 ALERT_EVAL_INTERVAL_S = envint("PITWALL_ALERT_EVAL_INTERVAL_S", 10, minimum=1)
 ALERT_DISPATCH_INTERVAL_S = envint("PITWALL_ALERT_DISPATCH_INTERVAL_S", 5, minimum=1)
 TUNING_INTERVAL_S = envint("PITWALL_TUNING_INTERVAL_S", 60, minimum=1)
@@ -32,6 +33,10 @@ app.conf.beat_schedule = {
     "roll-up": {
         "task": "controlplane.telemetry.tasks.roll_up",
         "schedule": float(ROLLUP_INTERVAL_S),
+    },
+    "pack-history": {
+        "task": "controlplane.telemetry.tasks.pack_history",
+        "schedule": float(PACK_INTERVAL_S),
     },
     "evaluate-alert-rules": {
         "task": "controlplane.alerts.tasks.evaluate_rules",

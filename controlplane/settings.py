@@ -271,6 +271,12 @@ PITWALL = {
     "ROLLUP_1H_RETENTION_DAYS": envint("PITWALL_ROLLUP_1H_RETENTION_DAYS", 730, minimum=1),
     "ROLLUP_INTERVAL_S": envint("PITWALL_ROLLUP_INTERVAL_S", 60, minimum=1),
     "ROLLUP_SETTLE_S": envint("PITWALL_ROLLUP_SETTLE_S", 30, minimum=2),
+    # Packed history (docs/history.md): a day's raw rows are packed into per-minute arrays
+    # once the day ended PACK_AFTER_S ago (at least two hours: alert rules read the last hour of
+    # raw rows, and half of it is left for clock skew); the packing task runs every
+    # PACK_INTERVAL_S.
+    "PACK_AFTER_S": envint("PITWALL_PACK_AFTER_S", 7200, minimum=7200),
+    "PACK_INTERVAL_S": envint("PITWALL_PACK_INTERVAL_S", 300, minimum=1),
     # Live push: the fleet summary goes out at most this often per ingest process, and the
     # ingest process re-reads which groups browsers watch this often (docs/live.md).
     "LIVE_FLEET_INTERVAL_MS": envint("PITWALL_LIVE_FLEET_INTERVAL_MS", 1000, minimum=0),

@@ -89,3 +89,34 @@ class RollupDirty(models.Model):
 
     def __str__(self) -> str:
         return f"{self.resolution} of host {self.host_id} at {self.bucket.isoformat()}"
+
+
+class PackProgress(models.Model):
+    """How far the packing job has packed one raw table's day (packing/job.py): every row
+    before ``upto`` is in the packed table; ``sealed`` once the day's raw partition was
+    emptied (TRUNCATE) after that."""
+
+    pk = models.CompositePrimaryKey("table_name", "day")
+    table_name = models.CharField(max_length=63)
+    day = models.DateField()
+    upto = models.DateTimeField()
+    sealed = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.table_name} {self.day.isoformat()} packed up to {self.upto.isoformat()}"
+
+
+class PackDirty(models.Model):
+    """A minute of one host that samples reached after its day was sealed or being packed.
+
+    The ingest writer inserts these in its flush transaction (rollups/late.py) for samples
+    older than the packing read horizon; the packing job claims them, merges those minutes'
+    raw rows into the packed table and empties the raw partition again (packing/job.py).
+    """
+
+    pk = models.CompositePrimaryKey("host_id", "bucket")
+    host_id = models.IntegerField()  # no foreign key, as RollupDirty
+    bucket = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"host {self.host_id} at {self.bucket.isoformat()} to pack"

@@ -20,6 +20,8 @@ from typing import Literal
 
 from django.conf import settings
 
+from controlplane.telemetry.packing.schema import NAMES as PACKED_TABLES
+from controlplane.telemetry.packing.schema import PARTITION_OPTIONS as PACKED_OPTIONS
 from controlplane.telemetry.schema import TABLES
 
 Period = Literal["day", "month"]
@@ -65,9 +67,12 @@ def partition_name(table: str, day: date, period: Period = "day") -> str:
 def create_sql(table: str, day: date, period: Period = "day") -> str:
     start = period_start(day, period)
     end = period_end(start, period)
+    # Storage parameters are per partition: a partitioned table takes none.
+    options = f" WITH ({PACKED_OPTIONS})" if table in PACKED_TABLES else ""
     return (
         f"CREATE TABLE IF NOT EXISTS {partition_name(table, start, period)} PARTITION OF {table} "
         f"FOR VALUES FROM ('{start.isoformat()} 00:00:00+00') TO ('{end.isoformat()} 00:00:00+00')"
+        f"{options}"
     )
 
 

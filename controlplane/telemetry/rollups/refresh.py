@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.telemetry import partitions
+from controlplane.telemetry.packing.schema import TABLES as PACKED_TABLES
 from controlplane.telemetry.rollups import sql
 from controlplane.telemetry.rollups.schema import TABLES, TIERS, Tier
 from controlplane.telemetry.schema import TABLES as RAW_TABLES
@@ -194,8 +195,8 @@ def _set_watermark(cursor, resolution: str, upto: datetime) -> None:
 
 
 def _source_tables(tier: Tier) -> list[str]:
-    if tier.source == "raw":
-        return [t.name for t in RAW_TABLES.values()]
+    if tier.source == "raw":  # a sealed day's rows are in the packed tables (packing/)
+        return [t.name for t in (*RAW_TABLES.values(), *PACKED_TABLES.values())]
     return [t.name for t in TABLES[tier.source].values()]
 
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from agents.protocol import Metric
+from controlplane.telemetry.packing import read as packing
 from controlplane.telemetry.rollups.schema import TABLES, RollupColumn, RollupTable
 from controlplane.telemetry.schema import TABLES as RAW_TABLES
 
@@ -48,24 +50,35 @@ def source_name(table: RollupTable) -> str:
     return TABLES[table.tier.source][table.entity].name
 
 
+def _source(table: RollupTable, lo) -> str:
+    """The source as a FROM item aliased t, over ``%(lo)s <= ts < %(hi)s``: raw rows are read
+    from the raw and the packed tables together (packing/read.py)."""
+    if table.tier.source != "raw":
+        return f"{source_name(table)} t"
+    return packing.source_sql(table.entity, "%(lo)s", "%(hi)s",
+                              packed=lo < packing.read_horizon())
+
+
 def range_scope(table: RollupTable, lo, hi) -> Scope:
-    return Scope(f"{source_name(table)} t", "t.ts >= %(lo)s AND t.ts < %(hi)s",
+    return Scope(_source(table, lo), "t.ts >= %(lo)s AND t.ts < %(hi)s",
                  {"lo": lo, "hi": hi})
 
 
 def dirty_scope(table: RollupTable, hosts: list[int], buckets: list) -> Scope:
     """Every row of these hosts' entities inside these buckets: (hosts[i], buckets[i]) pairs."""
-    src = source_name(table)
+    lo = min(buckets)
+    hi = max(buckets) + timedelta(seconds=table.tier.seconds)
+    src = _source(table, lo)
     pairs = "unnest(%(hosts)s::int4[], %(buckets)s::timestamptz[]) AS d(host_id, bucket)"
     span = f"t.ts >= d.bucket AND t.ts < d.bucket + {_width(table)}"
     owner = _OWNERS.get(table.entity)
     if owner is None:  # host and process rows carry the host id themselves
-        from_sql = f"{pairs} JOIN {src} t ON t.host_id = d.host_id AND {span}"
+        from_sql = f"{pairs} JOIN {src} ON t.host_id = d.host_id AND {span}"
     else:
         owners, key = owner
         from_sql = (f"{pairs} JOIN {owners} e ON e.host_id = d.host_id "
-                    f"JOIN {src} t ON t.{key} = e.id AND {span}")
-    return Scope(from_sql, "TRUE", {"hosts": hosts, "buckets": buckets})
+                    f"JOIN {src} ON t.{key} = e.id AND {span}")
+    return Scope(from_sql, "TRUE", {"hosts": hosts, "buckets": buckets, "lo": lo, "hi": hi})
 
 
 def _width(table: RollupTable) -> str:

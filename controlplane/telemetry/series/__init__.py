@@ -25,7 +25,7 @@ from controlplane.telemetry.series.entities import (
 )
 from controlplane.telemetry.series.errors import EntityNotFound, SeriesError
 from controlplane.telemetry.series.histograms import HistogramReader, histogram_quantile
-from controlplane.telemetry.series.plan import Plan, make_plan, table_name
+from controlplane.telemetry.series.plan import Plan, make_plan, stretch_from
 from controlplane.telemetry.series.sqlbits import fetch
 from controlplane.telemetry.series.timeouts import QueryTimeout, statement_timeout
 from controlplane.telemetry.series.values import STATS, ValueReader
@@ -139,8 +139,11 @@ def _on_host(metric: Metric, host: Host, plan: Plan) -> list[EntityRef]:
     if metric.entity != "proc":
         return host_entities(metric, host)
     # Processes are known by their samples: those seen in the stretches read.
-    parts = [f"SELECT pid FROM {table_name('proc', s.resolution)} WHERE host_id = %s "
-             "AND ts >= %s AND ts < %s" for s in plan.stretches]
-    params = [v for s in plan.stretches for v in (host.id, s.lo, s.hi)]
+    parts, params = [], []
+    for s in plan.stretches:
+        from_sql, from_params = stretch_from("proc", s.resolution, s.lo, s.hi, [])
+        parts.append(f"SELECT t.pid FROM {from_sql} WHERE t.host_id = %s "
+                     "AND t.ts >= %s AND t.ts < %s")
+        params += [*from_params, host.id, s.lo, s.hi]
     pids = fetch(f"SELECT DISTINCT pid FROM ({' UNION '.join(parts)}) p ORDER BY pid", params)
     return [proc_ref(host, pid) for (pid,) in pids]

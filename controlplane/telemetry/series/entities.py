@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from agents.protocol import Metric
 from controlplane.fleet.models import Engine, Gpu, Host
-from controlplane.telemetry.schema import TABLES
+from controlplane.telemetry.packing.read import any_row_sql
 from controlplane.telemetry.series.errors import EntityNotFound, SeriesError
 from controlplane.telemetry.series.sqlbits import fetch
 
@@ -117,8 +117,8 @@ def _proc(text: str) -> EntityRef:
     host = find_host(host_text, "entity")
     pid = int(pid_text)
     # A pid is only known through its samples: none at all means no such process.
-    if not fetch(f"SELECT 1 FROM {TABLES['proc'].name} WHERE host_id = %s AND pid = %s "
-                 "LIMIT 1", [host.id, pid]):
+    found = fetch(any_row_sql("proc", "host_id = %s AND pid = %s"), [host.id, pid] * 2)
+    if not found[0][0]:
         raise EntityNotFound("entity", f"no process {pid} on host {host.hostname}")
     return proc_ref(host, pid)
 

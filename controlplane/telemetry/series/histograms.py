@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from agents.protocol import Metric
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.schema import TABLES as RAW
-from controlplane.telemetry.series.plan import Stretch, table_name
+from controlplane.telemetry.series.plan import Stretch, stretch_from
 from controlplane.telemetry.series.sqlbits import (
     EPOCH_OF,
     by_entity,
@@ -37,11 +37,13 @@ class HistogramReader:
     def raw_rows(self, keys: list[tuple], lo: datetime, hi: datetime,
                  limit: int) -> dict[tuple, list[Point]]:
         src, match, params = per_entity(self.table, keys)
+        rows_from, rows_params = stretch_from(self.metric.entity, "raw", lo, hi,
+                                              [self.layout, self.counts])
         rows = fetch(
             f"SELECT e.*, r.* FROM {src} CROSS JOIN LATERAL (SELECT {EPOCH_OF.format('t.ts')}, "
-            f"t.{self.layout}, t.{self.counts} FROM {self.table.name} t WHERE {match} "
+            f"t.{self.layout}, t.{self.counts} FROM {rows_from} WHERE {match} "
             f"AND t.ts >= %s AND t.ts < %s AND t.{self.counts} IS NOT NULL ORDER BY t.ts "
-            f"LIMIT %s) r", [*params, lo, hi, limit])
+            f"LIMIT %s) r", [*params, *rows_params, lo, hi, limit])
         found = by_entity(rows, len(self.table.keys), set(keys))
         bounds = _bounds(r[1] for rs in found.values() for r in rs)
         return {k: [(ts, self._value({lay: [c or 0 for c in cs]}, bounds))
@@ -53,13 +55,15 @@ class HistogramReader:
         where, params = key_filter(self.table, keys)
         head = ", ".join(f"t.{k.name}" for k in self.table.keys)
         group = positions(width + 3)
+        name, name_params = stretch_from(self.metric.entity, stretch.resolution, stretch.lo,
+                                         stretch.hi, [self.layout, self.counts])
         rows = fetch(
             f"SELECT {head}, {EPOCH_OF.format('date_bin(%s, t.ts, %s)')}, t.{self.layout}, "
-            f"u.i, sum(u.c)::int8 FROM {table_name(self.metric.entity, stretch.resolution)} t "
+            f"u.i, sum(u.c)::int8 FROM {name} "
             f"CROSS JOIN LATERAL unnest(t.{self.counts}) WITH ORDINALITY AS u(c, i) "
             f"WHERE {where} AND t.ts >= %s AND t.ts < %s AND t.{self.counts} IS NOT NULL "
             f"GROUP BY {group} ORDER BY {group}",
-            [timedelta(seconds=step), origin, *params, stretch.lo, stretch.hi])
+            [timedelta(seconds=step), origin, *name_params, *params, stretch.lo, stretch.hi])
         found = by_entity(rows, width, set(keys))
         bounds = _bounds(r[1] for rs in found.values() for r in rs)
         return {k: self._points(rs, bounds) for k, rs in found.items()}

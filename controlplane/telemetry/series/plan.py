@@ -22,6 +22,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from agents.protocol import Entity
 from controlplane.telemetry import partitions
+from controlplane.telemetry.packing import read as packing
 from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
 from controlplane.telemetry.rollups.schema import TIERS
 from controlplane.telemetry.schema import TABLES as RAW
@@ -59,6 +60,15 @@ class Plan:
 
 def table_name(entity: Entity, resolution: str) -> str:
     return RAW[entity].name if resolution == "raw" else ROLLUPS[resolution][entity].name
+
+
+def stretch_from(entity: Entity, resolution: str, lo: datetime, hi: datetime,
+                 names: list[str] | None = None) -> tuple[str, list]:
+    """(FROM item aliased t, its params) for reading ``lo <= ts < hi`` at ``resolution``: raw
+    rows come from the raw and the packed tables as one (packing/read.py)."""
+    if resolution == "raw":
+        return packing.source(entity, lo, hi, names)
+    return f"{table_name(entity, resolution)} t", []
 
 
 def make_plan(entity: Entity, start: datetime, end: datetime, max_points: int) -> Plan:

@@ -17,7 +17,7 @@ from agents.protocol import Metric
 from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
 from controlplane.telemetry.schema import TABLES as RAW
 from controlplane.telemetry.schema import column_for
-from controlplane.telemetry.series.plan import Stretch, table_name
+from controlplane.telemetry.series.plan import Stretch, stretch_from
 from controlplane.telemetry.series.sqlbits import (
     EPOCH_OF,
     by_entity,
@@ -52,11 +52,13 @@ class ValueReader:
         """Each entity's first ``limit`` rows, as they are."""
         src, match, params = per_entity(self.table, keys)
         col, width = f"t.{self.column.name}", len(self.table.keys)
+        rows_from, rows_params = stretch_from(self.metric.entity, "raw", lo, hi,
+                                              [self.column.name])
         rows = fetch(
             f"SELECT e.*, r.* FROM {src} CROSS JOIN LATERAL (SELECT {EPOCH_OF.format('t.ts')}, "
-            f"{shortest(col, self.column.sql_type)} FROM {self.table.name} t WHERE {match} "
+            f"{shortest(col, self.column.sql_type)} FROM {rows_from} WHERE {match} "
             f"AND t.ts >= %s AND t.ts < %s AND {col} IS NOT NULL ORDER BY t.ts LIMIT %s) r",
-            [*params, lo, hi, limit])
+            [*params, *rows_params, lo, hi, limit])
         return by_entity(rows, width, set(keys))
 
     def bucketed(self, keys: list[tuple], stretch: Stretch, origin: datetime,
@@ -65,7 +67,8 @@ class ValueReader:
         width = len(self.table.keys)
         where, params = key_filter(self.table, keys)
         head = ", ".join(f"t.{k.name}" for k in self.table.keys)
-        name = table_name(self.metric.entity, stretch.resolution)
+        name, name_params = stretch_from(self.metric.entity, stretch.resolution, stretch.lo,
+                                         stretch.hi, [self.column.name])
         bucket = [timedelta(seconds=step), origin]
         if self.metric.array:
             value_sql = f"u.i, {value}"
@@ -75,9 +78,10 @@ class ValueReader:
         else:
             value_sql, join, group = value, "", positions(width + 1)
         rows = fetch(
-            f"SELECT {head}, {_BUCKET}, {value_sql} FROM {name} t {join} WHERE {where} "
+            f"SELECT {head}, {_BUCKET}, {value_sql} FROM {name} {join} WHERE {where} "
             f"AND t.ts >= %s AND t.ts < %s AND {column} IS NOT NULL "
-            f"GROUP BY {group} ORDER BY {group}", [*bucket, *params, stretch.lo, stretch.hi])
+            f"GROUP BY {group} ORDER BY {group}",
+            [*bucket, *name_params, *params, stretch.lo, stretch.hi])
         found = by_entity(rows, width, set(keys))
         if self.metric.array:  # (ts, i, v) rows -> (ts, [v, ...])
             return {k: [(ts, [r[2] for r in g]) for ts, g in groupby(v, key=itemgetter(0))]
