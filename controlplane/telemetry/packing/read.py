@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from controlplane.telemetry.packing.schema import TABLES, PackedTable, is_array
@@ -98,6 +99,27 @@ def source(entity: str, lo: datetime, hi: datetime, names: Iterable[str] | None 
     packed = lo < read_horizon()
     sql = source_sql(entity, "%s", "%s", names, packed, alias)
     return sql, ([lo, hi, lo, hi] if packed else [lo, hi])
+
+
+def packed_lower_bound(entity: str, column: str, keys: list[tuple[int, ...]], lo: datetime,
+                       hi: datetime) -> dict[tuple[int, ...], int]:
+    """Per entity, the values of ``column`` its packed minutes wholly inside ``[lo, hi)``
+    hold: at least that many rows of the range have it. One array a minute is read, none
+    unnested."""
+    if lo >= read_horizon() or not keys:
+        return {}
+    table = TABLES[entity]
+    raw = next(c for c in table.raw.columns if c.name == column)
+    counted = f"{column}_len" if is_array(raw) else column  # a flat column: its rows' lengths
+    cols = [k.name for k in table.keys]
+    match = " AND ".join(f"{c} = ANY(%s)" for c in cols)
+    params = [sorted({key[i] for key in keys}) for i in range(len(cols))]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(cols)}, sum(cardinality(array_remove({counted}, NULL))) "
+            f"FROM {table.name} WHERE {match} AND ts >= %s AND ts <= %s - interval '1 minute' "
+            f"GROUP BY {', '.join(cols)}", [*params, lo, hi])
+        return {tuple(row[:-1]): int(row[-1] or 0) for row in cursor.fetchall()}
 
 
 def any_row_sql(entity: str, where: str) -> str:

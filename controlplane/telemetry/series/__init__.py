@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from agents.protocol import METRICS, Metric
 from controlplane.fleet.models import Host
+from controlplane.telemetry.packing import read as packing
 from controlplane.telemetry.series.entities import (
     EntityRef,
     find_host,
@@ -124,7 +125,7 @@ def _read(reader, plan: Plan, keys: list[tuple], start: datetime, end: datetime,
           max_points: int) -> tuple[dict[tuple, list[Point]], int | None]:
     if not keys:
         return {}, (None if plan.resolution == "raw" else plan.step)
-    if plan.resolution == "raw":
+    if plan.resolution == "raw" and not _surely_more(reader, keys, start, end, max_points):
         rows = reader.raw_rows(keys, start, end, max_points + 1)
         if all(len(r) <= max_points for r in rows.values()):
             return rows, None
@@ -133,6 +134,15 @@ def _read(reader, plan: Plan, keys: list[tuple], start: datetime, end: datetime,
         for key, found in reader.bucketed(keys, stretch, plan.origin, plan.step).items():
             points.setdefault(key, []).extend(found)
     return points, plan.step
+
+
+def _surely_more(reader, keys: list[tuple], start: datetime, end: datetime,
+                 max_points: int) -> bool:
+    """Whether every entity's packed minutes alone hold more rows than ``max_points``: then
+    the rows as they are cannot be the answer, and reading them first (every packed minute
+    unnested and sorted) would be wasted."""
+    found = packing.packed_lower_bound(reader.metric.entity, reader.stored, keys, start, end)
+    return all(found.get(key, 0) > max_points for key in keys)
 
 
 def _on_host(metric: Metric, host: Host, plan: Plan) -> list[EntityRef]:

@@ -33,6 +33,7 @@ class HistogramReader:
         self.quantile = quantile
         self.table = RAW[metric.entity]
         self.layout, self.counts = f"{metric.key}_layout", f"{metric.key}_counts"
+        self.stored = self.counts  # the raw column holding the values
 
     def raw_rows(self, keys: list[tuple], lo: datetime, hi: datetime,
                  limit: int) -> dict[tuple, list[Point]]:

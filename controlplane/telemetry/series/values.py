@@ -45,6 +45,7 @@ class ValueReader:
         self.stat = effective_stat(metric, stat)
         self.table = RAW[metric.entity]
         self.column = column_for(metric)
+        self.stored = self.column.name  # the raw column holding the values
         self.bitmask = metric.unit == "bitmask"
 
     def raw_rows(self, keys: list[tuple], lo: datetime, hi: datetime,
