@@ -29,19 +29,22 @@ _SHARE = (
     "THEN (e.config->>'gpu_memory_utilization')::float8 ELSE %(default_share)s END")
 # The GPUs an engine runs on: its reported gpu_uuids, on its own host.
 _ENGINE_GPUS = "JOIN fleet_gpu g ON g.host_id = e.host_id AND g.present AND e.gpu_uuids ? g.uuid"
-# What each kind reads of the slices: (entity, columns).
-READS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+AVG = ("n", "sum")
+# What each kind reads of the slices: (entity, column, parts).
+READS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     RuleKind.HOST_NO_DATA: (),
-    RuleKind.ENGINE_DOWN: (("engine", ("up",)),),
-    RuleKind.KV_PRESSURE: (("engine", ("kv_cache_usage", "requests_waiting")),),
-    RuleKind.MEMORY_BEYOND_SHARE: (("gpu", ("mem_used_bytes", "mem_total_bytes")),),
-    RuleKind.CPU_BOUND_ENGINE: (("proc", ("cpu_pct",)), ("gpu", ("util_pct",))),
+    RuleKind.ENGINE_DOWN: (("engine", "up", ("last",)),),
+    RuleKind.KV_PRESSURE: (("engine", "kv_cache_usage", AVG),
+                           ("engine", "requests_waiting", AVG)),
+    RuleKind.MEMORY_BEYOND_SHARE: (("gpu", "mem_used_bytes", AVG),
+                                   ("gpu", "mem_total_bytes", ("max",))),
+    RuleKind.CPU_BOUND_ENGINE: (("proc", "cpu_pct", AVG), ("gpu", "util_pct", AVG)),
 }
 
 
 def add_needs(needs: Needs, rule: AlertRule) -> None:
-    for entity, columns in READS[rule.kind]:
-        needs.add(entity, rule.window_s, columns)
+    for entity, column, parts in READS[rule.kind]:
+        needs.add(entity, rule.window_s, column, parts)
 
 
 def host_no_data_sql(rule: AlertRule, now: datetime) -> Statement:

@@ -25,7 +25,7 @@ from agents.protocol import Entity
 from controlplane.alerts.models import Aggregation, AlertRule, Op
 from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.windows.aggregate import histogram_sums, rule_value
-from controlplane.alerts.windows.needs import Needs
+from controlplane.alerts.windows.needs import Need, Needs
 from controlplane.alerts.windows.slices import first_slice
 from controlplane.alerts.windows.store import View
 from controlplane.telemetry.models import HistogramLayout
@@ -80,6 +80,7 @@ class Cycle:
     now: datetime
     views: dict[Entity, View]
     fleet: Fleet
+    bounds: dict[int, list[float]]  # histogram layout id -> its bucket bounds
     _values: dict[tuple, np.ndarray] = field(default_factory=dict)
 
     def column(self, entity: Entity, window_s: int) -> int:
@@ -149,14 +150,11 @@ def _quantile_hits(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     view = cycle.views[metric.entity]
     key = ("quantile", metric.key, cycle.column(metric.entity, rule.window_s))
     if key not in cycle._values:
-        layouts, counts = histogram_sums(view, metric.key, key[2])
-        bounds = dict(HistogramLayout.objects.filter(id__in=set(layouts[layouts >= 0].tolist()))
-                      .values_list("id", "bounds"))
-        cycle._values[key] = (layouts, counts, bounds)
-    layouts, counts, bounds = cycle._values[key]
+        cycle._values[key] = histogram_sums(view, metric.key, key[2])
+    layouts, counts = cycle._values[key]
     hits = []
     for u in np.flatnonzero(layouts >= 0):
-        edges = bounds.get(int(layouts[u]), [])
+        edges = cycle.bounds.get(int(layouts[u]), [])
         value = histogram_quantile(rule.quantile or 0.0, edges,
                                    counts[u, :len(edges) + 1].tolist())
         if value is not None and PY_OP[rule.op](value, rule.threshold):
@@ -166,12 +164,26 @@ def _quantile_hits(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     return hits
 
 
+def layouts_of(needs: dict[Entity, Need]) -> dict[int, list[float]]:
+    """The bounds of every histogram layout, when a rule reads a histogram (a few rows: one per
+    layout the fleet's engines ever reported)."""
+    if not any(need.reading.histograms for need in needs.values()):
+        return {}
+    return dict(HistogramLayout.objects.values_list("id", "bounds"))
+
+
+# The parts of a column each aggregation reads (fold.PART_NAMES).
+PARTS = {Aggregation.AVG: ("n", "sum"), Aggregation.MIN: ("min",), Aggregation.MAX: ("max",),
+         Aggregation.LAST: ("last",), Aggregation.RATE: ("first", "last")}
+
+
 def add_needs(needs: Needs, rule: AlertRule) -> None:
     """What a threshold rule reads of its entity's slices."""
     metric = rule_metric(rule)
     if metric.kind == "histogram":
-        needs.add(metric.entity, rule.window_s, histogram=metric)
+        needs.add_histogram(metric, rule.window_s)
         return
-    column = column_for(metric).name
-    needs.add(metric.entity, rule.window_s, (column,),
-              (column, int(rule.bitmask)) if rule.bitmask else None)
+    parts = PARTS[rule.aggregation]
+    if rule.bitmask and rule.aggregation not in (Aggregation.LAST, Aggregation.RATE):
+        parts = ("n", ("mask", int(rule.bitmask)))
+    needs.add(metric.entity, rule.window_s, column_for(metric).name, parts)

@@ -27,11 +27,13 @@ def evaluate_rules() -> dict:
     took, interval = time.monotonic() - started, settings.PITWALL["ALERT_EVAL_INTERVAL_S"]
     if took > interval:
         # Ticks that came meanwhile waited or found the lock held: rules ran less often.
-        log.warning("alert evaluation: a cycle of %d rules took %.1f s, longer than its %d-s "
-                    "interval, so rules are evaluated less often than configured. Give "
-                    "PostgreSQL more cores and PITWALL_ALERT_EVAL_LANES as many lanes "
-                    "(docs/alerts.md, Sizing)",
-                    result.rules, took, interval)
+        log.warning("alert evaluation: a cycle of %d rules took %.1f s (%s), longer than its "
+                    "%d-s interval, so rules are evaluated less often than configured: give the "
+                    "evaluating worker process a core of its own, and the state half "
+                    "PITWALL_ALERT_EVAL_LANES lanes on as many PostgreSQL cores "
+                    "(docs/alerts.md, Sizing)", result.rules, took,
+                    ", ".join(f"{phase} {s:.1f} s" for phase, s in result.seconds.items()),
+                    interval)
     if any(to in NOTIFIED for *_, to in result.transitions):
         dispatch_notifications.delay()
     return {"skipped": result.skipped, "rules": result.rules, "hits": result.hits,

@@ -57,6 +57,7 @@ def test_a_cycle_longer_than_its_interval_is_logged_with_what_to_do(empty_sample
     evaluate_rules()
     assert "longer than its 0-s interval" in caplog.text
     assert "PITWALL_ALERT_EVAL_LANES" in caplog.text
+    assert "(slices " in caplog.text and ", state " in caplog.text  # where the time went
 
 
 def test_beat_runs_the_evaluation_every_10_seconds_by_default():

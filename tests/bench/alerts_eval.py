@@ -27,8 +27,11 @@ import json
 import random
 import statistics
 import time
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import psutil
 
 from tests.bench import harness
 
@@ -179,9 +182,9 @@ def _threshold(metric, rng: random.Random, quiet: bool = False) -> float:
 def measure(end: datetime, cycles: int) -> list[dict]:
     from django.db import connection
 
-    from controlplane.alerts.evaluate import evaluate
+    from controlplane.alerts.evaluate import STORES, evaluate
 
-    meter = harness.CpuMeter(harness.postgres_processes)
+    meter = harness.CpuMeter(bench_backends)
     with connection.cursor() as cursor:  # a runaway statement must not outlive the benchmark
         cursor.execute("SET statement_timeout = '60s'")
     out = []
@@ -193,10 +196,28 @@ def measure(end: datetime, cycles: int) -> list[dict]:
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         out.append({"wall_s": round(wall, 3), "python_cpu_s": round(cpu, 3),
                     "postgres_cpu_s": round(meter.stop(), 3), "rules": result.rules,
-                    "hits": result.hits, "transitions": len(result.transitions)})
+                    "hits": result.hits, "transitions": len(result.transitions),
+                    "phases_s": {k: round(v, 3) for k, v in result.seconds.items()},
+                    "rss_mb": round(psutil.Process().memory_info().rss / 2**20),
+                    "slices_mb": round(sum(s.nbytes() for s in STORES.values()) / 2**20)})
         print(f"  cycle {i}: {out[-1]}", flush=True)
     connection.close()
     return out
+
+
+def bench_backends() -> list[psutil.Process]:
+    """The PostgreSQL backends serving the bench database: other sessions' load on the same
+    server (and the WAL writer's work for it) stays out of the count."""
+    import psycopg
+
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as c:
+        pids = [pid for (pid,) in c.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (harness.BENCH_DB,))]
+    found = []
+    for pid in pids:
+        with suppress(psutil.Error):
+            found.append(psutil.Process(pid))
+    return found
 
 
 def measure_previews(end: datetime) -> list[dict]:

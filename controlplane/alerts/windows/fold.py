@@ -14,23 +14,19 @@ All of it is sorting and ``reduceat`` over the arrays ``raw.read`` gives: no Pyt
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from controlplane.alerts.windows.raw import Rows
 from controlplane.alerts.windows.slices import SLICE_US
 
-
-@dataclass
-class Parts:
-    n: np.ndarray  # int64: rows where the column is present
-    sum: np.ndarray  # float64, NaN where n == 0 (0 is a sum)
-    min: np.ndarray
-    max: np.ndarray
-    first: np.ndarray
-    last: np.ndarray
-    masks: dict[int, np.ndarray] = field(default_factory=dict)  # mask -> rows with a bit of it
+# A column's parts, by name: "n" (int32, rows where present), "sum" (float64), "min", "max",
+# "first", "last" (the raw column's float type: float32 for a float4 column, so a slice of
+# 8,000 GPUs stays small), and per mask ("mask", m) the rows with any bit of it (int32). Only
+# the parts the rules read are computed and kept.
+Parts = dict[object, np.ndarray]
+PART_NAMES = ("n", "sum", "min", "max", "first", "last")
 
 
 @dataclass
@@ -39,13 +35,13 @@ class Block:
 
     sid: int  # slice number: its start is sid * 10 s after 2000-01-01 UTC
     keys: np.ndarray  # int64
-    rows: np.ndarray  # int64
+    rows: np.ndarray  # int32
     t0: np.ndarray  # int64 microseconds
     t1: np.ndarray
     engine: np.ndarray | None  # proc: the engine of the slice's last row (-1: none)
     parts: dict[str, Parts]  # column -> its parts
     layouts: dict[str, np.ndarray]  # histogram key -> int32 layout (-1: none)
-    counts: dict[str, np.ndarray]  # histogram key -> int64 (targets, buckets)
+    counts: dict[str, np.ndarray]  # histogram key -> int32 (targets, buckets)
 
 
 def slice_ids(ts: np.ndarray) -> np.ndarray:
@@ -53,8 +49,9 @@ def slice_ids(ts: np.ndarray) -> np.ndarray:
     return (ts - 1) // SLICE_US
 
 
-def fold(rows: Rows, masks: dict[str, frozenset[int]]) -> list[Block]:
-    """The slices of ``rows``, oldest first. ``masks``: per bitmask column, the masks counted."""
+def fold(rows: Rows, parts: dict[str, frozenset]) -> list[Block]:
+    """The slices of ``rows``, oldest first. ``parts``: per column, the parts to compute (names
+    of PART_NAMES and ("mask", m) for each mask a rule tests)."""
     if not len(rows):
         return []
     sid = slice_ids(rows.ts)
@@ -64,16 +61,16 @@ def fold(rows: Rows, masks: dict[str, frozenset[int]]) -> list[Block]:
     ends = np.r_[starts[1:], len(sid)] - 1
     group_sid = sid[starts]
     grouped = {
-        "keys": key[starts], "rows": np.diff(np.r_[starts, len(sid)]),
+        "keys": key[starts], "rows": np.diff(np.r_[starts, len(sid)]).astype(np.int32),
         "t0": ts[starts], "t1": ts[ends],
         "engine": rows.engine[order][ends] if rows.engine is not None else None,
     }
-    parts = {name: _parts(values[order], starts, masks.get(name, frozenset()))
-             for name, values in rows.values.items()}
+    folded = {name: _parts(values[order], starts, parts.get(name, frozenset()))
+              for name, values in rows.values.items()}
     group_of_row = np.repeat(np.arange(len(starts)), grouped["rows"])
     histograms = {k: _histogram(rows.layouts[k][order], rows.counts[k][order], group_of_row,
                                 len(starts)) for k in rows.layouts}
-    return _blocks(group_sid, grouped, parts, histograms)
+    return _blocks(group_sid, grouped, folded, histograms)
 
 
 def _group_starts(sid: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -83,22 +80,31 @@ def _group_starts(sid: np.ndarray, key: np.ndarray) -> np.ndarray:
     return np.flatnonzero(new)
 
 
-def _parts(values: np.ndarray, starts: np.ndarray, masks: frozenset[int]) -> Parts:
+def _parts(values: np.ndarray, starts: np.ndarray, wanted: frozenset) -> Parts:
     present = ~np.isnan(values)
-    n = np.add.reduceat(present.astype(np.int64), starts)
-    total = np.add.reduceat(np.where(present, values, 0.0), starts)
+    out: Parts = {}
+    n = np.add.reduceat(present.astype(np.int32), starts)
+    if "n" in wanted:
+        out["n"] = n
+    if "sum" in wanted:
+        total = np.add.reduceat(np.where(present, values, 0.0), starts, dtype=np.float64)
+        out["sum"] = np.where(n > 0, total, np.nan)
+    if "min" in wanted:
+        out["min"] = np.fmin.reduceat(values, starts)
+    if "max" in wanted:
+        out["max"] = np.fmax.reduceat(values, starts)
     index = np.arange(len(values))
-    first = np.minimum.reduceat(np.where(present, index, len(values)), starts)
-    last = np.maximum.reduceat(np.where(present, index, -1), starts)
-    parts = Parts(
-        n=n, sum=np.where(n > 0, total, np.nan),
-        min=np.fmin.reduceat(values, starts), max=np.fmax.reduceat(values, starts),
-        first=_pick(values, first), last=_pick(values, last))
+    if "first" in wanted:
+        out["first"] = _pick(values, np.minimum.reduceat(np.where(present, index, len(values)),
+                                                         starts))
+    if "last" in wanted:
+        out["last"] = _pick(values, np.maximum.reduceat(np.where(present, index, -1), starts))
+    masks = [m for m in wanted if isinstance(m, tuple)]
     if masks:
-        bits = np.where(present, values, 0.0).astype(np.int64)
+        bits = np.where(present, values, 0).astype(np.int64)
         for mask in masks:
-            parts.masks[mask] = np.add.reduceat(((bits & mask) != 0).astype(np.int64), starts)
-    return parts
+            out[mask] = np.add.reduceat(((bits & mask[1]) != 0).astype(np.int32), starts)
+    return out
 
 
 def _pick(values: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -112,7 +118,7 @@ def _histogram(layouts: np.ndarray, counts: np.ndarray, group_of_row: np.ndarray
     """Per group: the layout holding most observations (ties: the higher id, the newer
     layout) and its counts summed bucket by bucket; -1 and zeros where none."""
     out_layout = np.full(groups, -1, np.int32)
-    out_counts = np.zeros((groups, counts.shape[1]), np.int64)
+    out_counts = np.zeros((groups, counts.shape[1]), np.int32)
     has = layouts >= 0
     if not has.any():
         return out_layout, out_counts
@@ -139,9 +145,7 @@ def _blocks(group_sid: np.ndarray, grouped: dict, parts: dict[str, Parts],
             sid=int(group_sid[a]), keys=grouped["keys"][cut], rows=grouped["rows"][cut],
             t0=grouped["t0"][cut], t1=grouped["t1"][cut],
             engine=None if grouped["engine"] is None else grouped["engine"][cut],
-            parts={name: Parts(p.n[cut], p.sum[cut], p.min[cut], p.max[cut], p.first[cut],
-                               p.last[cut], {m: v[cut] for m, v in p.masks.items()})
-                   for name, p in parts.items()},
+            parts={name: {part: v[cut] for part, v in p.items()} for name, p in parts.items()},
             layouts={k: lay[cut] for k, (lay, _) in histograms.items()},
             counts={k: c[cut] for k, (_, c) in histograms.items()}))
     return blocks

@@ -44,9 +44,10 @@ class Rows:
     key: np.ndarray  # int64 target key (proc: host_id << 32 | pid)
     ts: np.ndarray  # int64 microseconds since 2000-01-01 UTC
     engine: np.ndarray | None  # proc: the engine the process served (-1: none)
-    values: dict[str, np.ndarray] = field(default_factory=dict)  # column -> float64, NaN absent
+    # column -> float32 (a float4 column) or float64 (the others), NaN where absent
+    values: dict[str, np.ndarray] = field(default_factory=dict)
     layouts: dict[str, np.ndarray] = field(default_factory=dict)  # histogram key -> int32, -1
-    counts: dict[str, np.ndarray] = field(default_factory=dict)  # histogram key -> int64 (n, B)
+    counts: dict[str, np.ndarray] = field(default_factory=dict)  # histogram key -> int32 (n, B)
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -107,10 +108,11 @@ def decode(reading: Reading, data: bytes) -> Rows:
     if reading.entity == "proc":
         rows.engine = table[next(fields)].astype(np.int64)
     for c in reading.scalars:
-        rows.values[c.name] = table[next(fields)].astype(np.float64)
+        column = table[next(fields)]
+        rows.values[c.name] = column.astype(column.dtype.newbyteorder("="))
     for m in reading.histograms:
         rows.layouts[m.key] = table[next(fields)].astype(np.int32)
         buckets = [table[next(fields)] for _ in range(reading.buckets)]
-        rows.counts[m.key] = (np.stack(buckets, axis=1).astype(np.int64) if buckets
-                              else np.zeros((len(table), 0), np.int64))
+        rows.counts[m.key] = (np.stack(buckets, axis=1).astype(np.int32) if buckets
+                              else np.zeros((len(table), 0), np.int32))
     return rows

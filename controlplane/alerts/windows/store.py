@@ -18,29 +18,21 @@ rules need columns or masks it does not hold, it rebuilds too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
 
 from agents.protocol import Entity
 from controlplane.alerts.windows.fold import Block, fold
-from controlplane.alerts.windows.raw import Reading, read
+from controlplane.alerts.windows.needs import Need
+from controlplane.alerts.windows.raw import read
 from controlplane.alerts.windows.schema import STATE_TABLE
 from controlplane.alerts.windows.slices import SLICE_US, floor_slice, micros, window_start
 
 # Rows that arrive up to this long after their timestamp still count (see the module doc).
 LATE_S = 5
-Masks = dict[str, frozenset[int]]  # bitmask column -> the masks rules test
-
-
-@dataclass(frozen=True)
-class Need:
-    """What the rules of one cycle need of an entity's slices."""
-
-    longest_s: int
-    reading: Reading
-    masks: Masks
+# A rebuild reads the raw rows a minute at a time: bounded memory, short statements.
+CHUNK_S = 60
 
 
 class SliceStore:
@@ -56,8 +48,8 @@ class SliceStore:
     def refresh(self, cursor, now: datetime, need: Need, trusted: bool = True) -> None:
         """Cover the window of ``need`` ending at ``now``. ``cursor``: a psycopg cursor."""
         lo = window_start(now, need.longest_s)
-        if not trusted or self.hi is None or self.hi > now or need.reading != (
-                self.need and self.need.reading) or need.masks != self.need.masks:
+        if not trusted or self.hi is None or self.hi > now or self.need is None or (
+                need.reading, need.parts) != (self.need.reading, self.need.parts):
             self.blocks = {}
             self._fold(cursor, need, lo, now)
         else:
@@ -67,12 +59,38 @@ class SliceStore:
             self._drop(lambda sid: sid >= micros(start) // SLICE_US)
             self._fold(cursor, need, start, now)
         self._drop(lambda sid: sid < micros(lo) // SLICE_US)
+        self._trim(now, need)
         self.lo, self.hi, self.need = lo, now, need
 
     def _fold(self, cursor, need: Need, lo: datetime, hi: datetime) -> None:
-        if hi > lo:
-            for block in fold(read(cursor, need.reading, lo, hi), need.masks):
+        """Fold the rows in (lo, hi], a minute of slices at a time."""
+        while hi > lo:
+            upto = min(floor_slice(lo + timedelta(seconds=CHUNK_S)), hi)
+            for block in fold(read(cursor, need.reading, lo, upto), need.parts):
                 self.blocks[block.sid] = block
+            lo = upto
+
+    def _trim(self, now: datetime, need: Need) -> None:
+        """Drop each column's parts from the slices older than the longest window reading it:
+        one 10-minute rule must not keep every other column ten minutes long."""
+        for name, window_s in need.windows.items():
+            first = micros(window_start(now, window_s)) // SLICE_US
+            for sid, block in self.blocks.items():
+                if sid < first:
+                    block.parts.pop(name, None)
+                    block.layouts.pop(name, None)
+                    block.counts.pop(name, None)
+
+    def nbytes(self) -> int:
+        """The memory the slices hold."""
+        total = 0
+        for block in self.blocks.values():
+            arrays = [block.keys, block.rows, block.t0, block.t1, *block.layouts.values(),
+                      *block.counts.values(), *(a for p in block.parts.values()
+                                                for a in p.values())]
+            total += sum(a.nbytes for a in arrays) + (block.engine.nbytes
+                                                      if block.engine is not None else 0)
+        return total
 
     def _drop(self, gone) -> None:
         self.blocks = {sid: b for sid, b in self.blocks.items() if not gone(sid)}
@@ -108,33 +126,41 @@ class View:
         blocks = [b for sid, b in sorted(store.blocks.items()) if sid < self.sid0 + self.width]
         self.keys = np.unique(np.concatenate([b.keys for b in blocks])) if blocks \
             else np.zeros(0, np.int64)
-        self._at = [(b.sid - self.sid0, np.searchsorted(self.keys, b.keys), b) for b in blocks]
+        # where each block's rows go: all targets in key order (most slices: a plain column
+        # copy), or the positions of the block's targets
+        self._at = [(b.sid - self.sid0, slice(None) if np.array_equal(b.keys, self.keys)
+                     else np.searchsorted(self.keys, b.keys), b) for b in blocks]
         self._cache: dict[tuple, np.ndarray] = {}
 
     def column_of(self, sid: int) -> int:
         return min(max(sid - self.sid0, 0), self.width)
 
     def matrix(self, what: tuple, pick, fill: float, dtype=np.float64) -> np.ndarray:
-        """The (targets x slices) matrix of ``pick(block)``, ``fill`` where a target had no
-        rows in a slice; ``what`` names it in the cycle's cache."""
+        """The (targets x slices) matrix of ``pick(block)`` (None: a slice older than the
+        window that keeps it), ``fill`` where a target had no rows in a slice; ``what`` names
+        it in the cycle's cache."""
         if what not in self._cache:
-            out = np.full((len(self.keys), self.width), fill, dtype)
+            # column-major: a slice is one contiguous column, a window a run of columns
+            out = np.full((len(self.keys), self.width), fill, dtype, order="F")
             for j, rows, block in self._at:
-                out[rows, j] = pick(block)
+                values = pick(block)
+                if values is not None:
+                    out[rows, j] = values
             self._cache[what] = out
         return self._cache[what]
 
     def rows(self) -> np.ndarray:
-        return self.matrix(("rows",), lambda b: b.rows, 0, np.int64)
+        return self.matrix(("rows",), lambda b: b.rows, 0, np.int32)
 
     def part(self, column: str, part: str) -> np.ndarray:
+        pick = lambda b: b.parts.get(column, {}).get(part)  # noqa: E731
         if part == "n":
-            return self.matrix((column, "n"), lambda b: b.parts[column].n, 0, np.int64)
-        return self.matrix((column, part), lambda b: getattr(b.parts[column], part), np.nan)
+            return self.matrix((column, "n"), pick, 0, np.int32)
+        return self.matrix((column, part), pick, np.nan)
 
     def mask_hits(self, column: str, mask: int) -> np.ndarray:
-        return self.matrix((column, "mask", mask), lambda b: b.parts[column].masks[mask], 0,
-                           np.int64)
+        return self.matrix((column, "mask", mask),
+                           lambda b: b.parts.get(column, {}).get(("mask", mask)), 0, np.int32)
 
     def times(self, which: str) -> np.ndarray:
         return self.matrix((which,), lambda b: getattr(b, which), 0, np.int64)
@@ -143,15 +169,17 @@ class View:
         return self.matrix(("engine",), lambda b: b.engine, -1, np.int64)
 
     def layouts(self, key: str) -> np.ndarray:
-        return self.matrix((key, "layout"), lambda b: b.layouts[key], -1, np.int64)
+        return self.matrix((key, "layout"), lambda b: b.layouts.get(key), -1, np.int64)
 
     def counts(self, key: str) -> np.ndarray:
         """(targets x slices x buckets)."""
         if (key, "counts") not in self._cache:
-            buckets = next((b.counts[key].shape[1] for _, _, b in self._at), 0)
+            buckets = next((b.counts[key].shape[1] for _, _, b in self._at if key in b.counts),
+                           0)
             out = np.zeros((len(self.keys), self.width, buckets), np.int64)
             for j, rows, block in self._at:
-                out[rows, j] = block.counts[key]
+                if key in block.counts:
+                    out[rows, j] = block.counts[key]
             self._cache[(key, "counts")] = out
         return self._cache[(key, "counts")]
 
