@@ -1,9 +1,14 @@
-"""The stack-cost benchmark's own arithmetic: the worker log it reads and the disk growth it
-extrapolates (the benchmark itself runs with `make bench-stack`)."""
+"""The stack-cost benchmark's own parts: the worker log it reads, the disk growth it
+extrapolates, its autovacuum stand-in (the benchmark itself runs with `make bench-stack`)."""
 
 from __future__ import annotations
 
+import pytest
+from django.db import connection
+
+from tests.bench import autovacuum
 from tests.bench.stack_cost import disk_growth, task_times
+from tests.support.polling import wait_until
 
 EVAL = "controlplane.alerts.tasks.evaluate_rules"
 LOG = "".join((  # Celery's own format for a finished task, as the worker logs it at info
@@ -42,3 +47,31 @@ def test_disk_growth_is_extrapolated_to_an_hour_and_splits_out_the_history():
     assert grew["database_mb_per_hour"] == 66 * 60
     assert grew["history_mb_per_hour"] == 60 * 60
     assert grew["tables_mb_per_hour"] == {"telemetry_gpu_sample": 3600.0, "fleet_host": 360.0}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_autovacuum_stand_in_vacuums_a_table_past_autovacuums_threshold():
+    connection.ensure_connection()
+    raw = connection.connection  # autocommit outside atomic blocks: VACUUM may run
+    with raw.cursor() as cur:
+        cur.execute("CREATE TABLE bench_vacuum_probe (id int)")
+    try:
+        with raw.cursor() as cur:
+            cur.execute("INSERT INTO bench_vacuum_probe SELECT generate_series(1, 1000)")
+            cur.execute("ANALYZE bench_vacuum_probe")
+            cur.execute("DELETE FROM bench_vacuum_probe WHERE id <= 500")  # past 50 + 20 %
+            cur.execute("SELECT pg_stat_force_next_flush()")
+        wait_until(lambda: dead_rows(raw) == 500, 10, lambda: "the deletes never reached the stats")
+        assert autovacuum.one_round(raw) >= 1
+        assert dead_rows(raw) == 0
+    finally:
+        with raw.cursor() as cur:
+            cur.execute("DROP TABLE bench_vacuum_probe")
+
+
+def dead_rows(raw) -> int:
+    with raw.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+        cur.execute("SELECT n_dead_tup FROM pg_stat_user_tables "
+                    "WHERE relname = 'bench_vacuum_probe'")
+        return cur.fetchone()[0]
