@@ -34,7 +34,7 @@ from controlplane.alerts.named_kinds import (
     reporting_engines_sql,
 )
 from controlplane.alerts.shards import Shard
-from controlplane.alerts.windows.raw import Reading, copy_sql
+from controlplane.alerts.windows.raw import Reading, read_sql
 from controlplane.telemetry.schema import TABLES
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
@@ -64,9 +64,9 @@ def full_reading(entity: str) -> Reading:
 
 
 CASES: dict[str, tuple[str, Case]] = {
-    # the raw rows a cycle folds into slices (windows.raw.copy_sql); refresh binds lo and hi
-    **{f"raw_{entity}": (f"windows.raw.copy_sql: the {entity} rows, every column",
-                         lambda entity=entity: (copy_sql(full_reading(entity)), None))
+    # the raw rows a cycle folds into slices (windows.raw.read_sql); refresh binds lo and hi
+    **{f"raw_{entity}": (f"windows.raw.read_sql: the {entity} rows, every column",
+                         lambda entity=entity: (read_sql(full_reading(entity)), None))
        for entity in ("host", "gpu", "engine", "proc")},
     # what the named kinds read of the fleet tables (named_kinds)
     "kind_host_no_data": ("named_kinds.host_no_data_sql", lambda: host_no_data_sql(

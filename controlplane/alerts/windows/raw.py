@@ -1,9 +1,12 @@
-"""The raw rows a fold needs, as arrays: one binary ``COPY`` per entity table, decoded in bulk.
+"""The raw rows a fold needs, as arrays: one statement per entity table, decoded in bulk.
 
-Every field of the ``COPY`` is fixed-width (absent values travel as NaN, an absent histogram
-as layout -1 with zero counts), so the whole stream is one NumPy structured array: no Python
-step per row or value. Timestamps stay PostgreSQL's binary ``timestamptz``: microseconds since
-2000-01-01 UTC, which is also the epoch the slices are aligned to.
+PostgreSQL aggregates each field of the rows into one array and sends it in binary
+(``array_send``): every element fixed-width (absent values travel as NaN, an absent histogram
+as layout -1 with zero counts), so each field is one ``np.frombuffer``, with no Python step per
+row or value. A binary ``COPY`` sends a message per row, and reading 200,000 of them cost
+psycopg 0.2-0.3 CPU-s a cycle; the arrays cost PostgreSQL ~0.1 s more and Python almost
+nothing (BENCHMARKS.md §7). Timestamps stay PostgreSQL's binary ``timestamptz``: microseconds
+since 2000-01-01 UTC, which is also the epoch the slices are aligned to.
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
+import psycopg
 
 from agents.protocol import Entity, Metric
 from controlplane.telemetry.schema import TABLES, Column, SampleTable
 
-# Binary COPY: an 11-byte signature, 4 bytes of flags, 4 of header extension (always 0 from
-# PostgreSQL); then per row a 2-byte field count and per field a 4-byte length and the data;
-# then a 2-byte trailer.
-_HEADER, _TRAILER = 19, 2
-_DTYPES = {"float4": ">f4"}  # every other scalar travels as float8 (int8 is exact below 2^53)
+# A one-dimensional array in binary: its number of dimensions, a has-nulls flag, the element
+# type, then the dimension's length and lower bound; then per element a length and the data.
+_ARRAY_HEADER = 20
+_FLOAT4 = "float4"  # kept as float32: every other scalar travels as float8 (exact below 2^53)
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Reading:
 
 @dataclass
 class Rows:
-    """Raw rows of one entity table, column by column, in the order PostgreSQL sent them."""
+    """Raw rows of one entity table, column by column, in the order PostgreSQL read them."""
 
     key: np.ndarray  # int64 target key (proc: host_id << 32 | pid)
     ts: np.ndarray  # int64 microseconds since 2000-01-01 UTC
@@ -60,59 +63,58 @@ def key_sql(entity: Entity, alias: str = "t") -> str:
     return f"{alias}.{TABLES[entity].keys[0].name}::int8"
 
 
-def copy_sql(reading: Reading) -> str:
-    """The COPY of the rows in (%(lo)s, %(hi)s], every field fixed-width."""
-    fields = [key_sql(reading.entity), "t.ts"]
+def _fields(reading: Reading) -> list[tuple[str, str]]:
+    """(SQL expression, big-endian NumPy type) of every field read, in order."""
+    out = [(key_sql(reading.entity), ">i8"), ("t.ts", ">i8")]
     if reading.entity == "proc":
-        fields.append("coalesce(t.engine_id, -1)")
+        out.append(("coalesce(t.engine_id, -1)", ">i4"))
     for c in reading.scalars:
-        cast = "" if c.sql_type in _DTYPES else "::float8"
-        fields.append(f"coalesce(t.{c.name}{cast}, 'NaN')")
+        if c.sql_type == _FLOAT4:
+            out.append((f"coalesce(t.{c.name}, 'NaN')", ">f4"))
+        else:
+            out.append((f"coalesce(t.{c.name}::float8, 'NaN')", ">f8"))
     for m in reading.histograms:
         counts = f"t.{m.key}_counts"
-        fields.append(f"(CASE WHEN {counts} IS NULL THEN -1 "
-                      f"ELSE coalesce(t.{m.key}_layout, -1) END)::int4")
-        fields += [f"coalesce({counts}[{i}], 0)" for i in range(1, reading.buckets + 1)]
-    lines = ",\n  ".join(fields)
-    return (f"COPY (SELECT\n  {lines}\nFROM {reading.table.name} t\n"
-            f"WHERE t.ts > %(lo)s AND t.ts <= %(hi)s) TO STDOUT (FORMAT binary)")
+        out.append((f"(CASE WHEN {counts} IS NULL THEN -1 "
+                    f"ELSE coalesce(t.{m.key}_layout, -1) END)::int4", ">i4"))
+        out += [(f"coalesce({counts}[{i}], 0)", ">i4") for i in range(1, reading.buckets + 1)]
+    return out
 
 
-def row_dtype(reading: Reading) -> np.dtype:
-    types = [">i8", ">i8"]
-    if reading.entity == "proc":
-        types.append(">i4")
-    types += [_DTYPES.get(c.sql_type, ">f8") for c in reading.scalars]
-    for _ in reading.histograms:
-        types += [">i4", *([">i4"] * reading.buckets)]  # counts are int4[]
-    spec: list[tuple[str, str]] = [("fields", ">i2")]
-    for i, t in enumerate(types):
-        spec += [(f"len{i}", ">i4"), (f"f{i}", t)]
-    return np.dtype(spec)
+def read_sql(reading: Reading) -> str:
+    """The rows in (%(lo)s, %(hi)s], each field aggregated into one binary array."""
+    lines = ",\n  ".join(f"array_send(array_agg({sql}))" for sql, _ in _fields(reading))
+    return (f"SELECT\n  {lines}\nFROM {reading.table.name} t\n"
+            f"WHERE t.ts > %(lo)s AND t.ts <= %(hi)s")
 
 
 def read(cursor, reading: Reading, lo: datetime, hi: datetime) -> Rows:
-    """The rows of ``reading``'s table with lo < ts <= hi. ``cursor``: a psycopg cursor."""
-    with cursor.copy(copy_sql(reading), {"lo": lo, "hi": hi}) as copy:
-        data = b"".join(bytes(block) for block in copy)
-    return decode(reading, data)
+    """The rows of ``reading``'s table with lo < ts <= hi. ``cursor``: a psycopg cursor; the
+    statement runs on its connection with server-side binding, which binary results need."""
+    with psycopg.Cursor(cursor.connection) as binary:
+        binary.execute(read_sql(reading), {"lo": lo, "hi": hi}, binary=True)
+        return decode(reading, binary.fetchone())
 
 
-def decode(reading: Reading, data: bytes) -> Rows:
-    dtype = row_dtype(reading)
-    count = (len(data) - _HEADER - _TRAILER) // dtype.itemsize
-    table = np.frombuffer(data, dtype=dtype, count=max(count, 0), offset=_HEADER)
-    fields = iter(f"f{i}" for i in range(len(dtype.names) // 2))
-    rows = Rows(key=table[next(fields)].astype(np.int64), ts=table[next(fields)].astype(np.int64),
-                engine=None)
+def _column(data: bytes | None, dtype: str) -> np.ndarray:
+    if data is None:  # no rows: array_agg gives NULL
+        return np.zeros(0, dtype)
+    elements = np.frombuffer(data, dtype=[("length", ">i4"), ("value", dtype)],
+                             offset=_ARRAY_HEADER)
+    return elements["value"].astype(np.dtype(dtype).newbyteorder("="))
+
+
+def decode(reading: Reading, row: tuple) -> Rows:
+    columns = iter(_column(data, dtype) for data, (_, dtype) in
+                   zip(row, _fields(reading), strict=True))
+    rows = Rows(key=next(columns), ts=next(columns), engine=None)
     if reading.entity == "proc":
-        rows.engine = table[next(fields)].astype(np.int64)
+        rows.engine = next(columns).astype(np.int64)
     for c in reading.scalars:
-        column = table[next(fields)]
-        rows.values[c.name] = column.astype(column.dtype.newbyteorder("="))
+        rows.values[c.name] = next(columns)
     for m in reading.histograms:
-        rows.layouts[m.key] = table[next(fields)].astype(np.int32)
-        buckets = [table[next(fields)] for _ in range(reading.buckets)]
-        rows.counts[m.key] = (np.stack(buckets, axis=1).astype(np.int32) if buckets
-                              else np.zeros((len(table), 0), np.int32))
+        rows.layouts[m.key] = next(columns)
+        buckets = [next(columns) for _ in range(reading.buckets)]
+        rows.counts[m.key] = (np.stack(buckets, axis=1) if buckets
+                              else np.zeros((len(rows.ts), 0), np.int32))
     return rows

@@ -1,12 +1,12 @@
--- windows.raw.copy_sql: the proc rows, every column
+-- windows.raw.read_sql: the proc rows, every column
 -- binds: hi, lo (given where it runs)
-COPY (SELECT
-  (t.host_id::int8 << 32) | t.pid,
-  t.ts,
-  coalesce(t.engine_id, -1),
-  coalesce(t.cpu_pct, 'NaN'),
-  coalesce(t.rss_bytes::float8, 'NaN'),
-  coalesce(t.gpu_mem_bytes::float8, 'NaN'),
-  coalesce(t.threads::float8, 'NaN')
+SELECT
+  array_send(array_agg((t.host_id::int8 << 32) | t.pid)),
+  array_send(array_agg(t.ts)),
+  array_send(array_agg(coalesce(t.engine_id, -1))),
+  array_send(array_agg(coalesce(t.cpu_pct, 'NaN'))),
+  array_send(array_agg(coalesce(t.rss_bytes::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.gpu_mem_bytes::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.threads::float8, 'NaN')))
 FROM telemetry_proc_sample t
-WHERE t.ts > %(lo)s AND t.ts <= %(hi)s) TO STDOUT (FORMAT binary)
+WHERE t.ts > %(lo)s AND t.ts <= %(hi)s
