@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from agents.protocol import Entity
+from controlplane.alerts.windows.brin import summarize_new_ranges
 from controlplane.alerts.windows.fold import Block, fold
 from controlplane.alerts.windows.needs import Need
 from controlplane.alerts.windows.raw import read
@@ -48,6 +49,7 @@ class SliceStore:
     def refresh(self, cursor, now: datetime, need: Need, trusted: bool = True) -> None:
         """Cover the window of ``need`` ending at ``now``. ``cursor``: a psycopg cursor."""
         lo = window_start(now, need.longest_s)
+        summarize_new_ranges(need.reading.table, lo, now)
         if not trusted or self.hi is None or self.hi > now or self.need is None or (
                 need.reading, need.parts) != (self.need.reading, self.need.parts):
             self.blocks = {}
