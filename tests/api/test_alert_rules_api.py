@@ -165,7 +165,7 @@ def test_a_preview_past_the_query_timeout_is_a_503_that_says_so(staff, settings,
             cursor.execute("SELECT pg_sleep(5)")
 
     settings.PITWALL = {**settings.PITWALL, "QUERY_TIMEOUT_S": 0.05}
-    monkeypatch.setattr(preview_module, "_from_evaluator", slow)
+    monkeypatch.setattr(preview_module, "_own_slices", slow)
     response = staff.post(f"{URL}preview/", HOT, format="json")
     assert response.status_code == 503
     assert "the preview took longer than 0.05 s" in response.json()["detail"]

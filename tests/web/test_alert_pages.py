@@ -318,7 +318,7 @@ def test_a_preview_past_the_query_timeout_says_so(lead, db, settings, monkeypatc
             cursor.execute("SELECT pg_sleep(5)")
 
     settings.PITWALL = {**settings.PITWALL, "QUERY_TIMEOUT_S": 0.05}
-    monkeypatch.setattr(preview_module, "_from_evaluator", slow)
+    monkeypatch.setattr(preview_module, "_own_slices", slow)
     response = lead.post("/alerts/rules/new/", rule_form(preview="1"))
     assert response.status_code == 503
     html = response.content.decode()
