@@ -27,3 +27,19 @@ def test_another_hosts_change_leaves_this_hosts_version_alone(ingest, host_token
     Host.objects.create(hostname="elsewhere", config_version=5)
     code, reply = ingest.post(batch(seq=2, with_inventory=False), host_token)
     assert (code, reply["config_version"]) == (200, 0)
+
+
+def test_a_due_reload_runs_behind_the_request_which_gets_the_cached_version(ingest,
+                                                                          host_token):
+    ingest.post(batch(seq=1), host_token)
+    host = Host.objects.get(hostname="gpu-node-1")
+    reg = ingest.app.registry
+    Host.objects.filter(pk=host.pk).update(config_version=4)
+    reg._versions_loaded -= registry.CONFIG_TTL_S  # due, not yet stale
+
+    async def twice() -> tuple[int, int]:
+        first = await reg.config_version(host.pk)  # answered from the cache at once
+        await reg._versions_task
+        return first, await reg.config_version(host.pk)
+
+    assert ingest.run(twice()) == (0, 4)
