@@ -43,3 +43,20 @@ def test_a_due_reload_runs_behind_the_request_which_gets_the_cached_version(inge
         return first, await reg.config_version(host.pk)
 
     assert ingest.run(twice()) == (0, 4)
+
+
+def test_a_due_token_reload_runs_behind_the_request(ingest, host_token):
+    ingest.post(batch(seq=1), host_token)
+    reg = ingest.app.registry
+    reg._tokens_loaded -= registry.TOKEN_TTL_S  # due, not yet stale
+    due_since = reg._tokens_loaded
+
+    async def authenticate() -> tuple[int, float]:
+        credential = await reg.authenticate(f"Bearer {host_token}".encode())
+        waited = reg._tokens_loaded  # the reload has not run yet: the request did not wait
+        await reg._tokens_task
+        return credential.host_id, waited
+
+    host_id, waited = ingest.run(authenticate())
+    assert host_id == Host.objects.get(hostname="gpu-node-1").pk
+    assert waited == due_since < reg._tokens_loaded

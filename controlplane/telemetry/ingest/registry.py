@@ -129,6 +129,7 @@ class Registry:
         self._tokens: dict[str, Credential] = {}
         self._tokens_loaded = -float("inf")
         self._refresh_lock = asyncio.Lock()
+        self._tokens_task: asyncio.Task | None = None
         self._unknown_tokens: set[str] = set()  # digests looked up and not found since reload
         self._hosts: dict[int, HostState] = {}
         self._versions: dict[int, int] = {}
@@ -158,8 +159,13 @@ class Registry:
         parsed = tokens.parse(raw)
         if parsed is None or parsed.kind != tokens.AGENT:
             raise BadRequest("not a Pitwall agent token", status=401)
-        if time.monotonic() - self._tokens_loaded >= TOKEN_TTL_S:
+        age = time.monotonic() - self._tokens_loaded
+        if age >= CONFIG_STALE_TTLS * TOKEN_TTL_S:
             await self._refresh_tokens()
+        elif age >= TOKEN_TTL_S and (self._tokens_task is None or self._tokens_task.done()):
+            # Behind the request, as the config versions: a revocation is enforced at the
+            # write anyway (credentials.py), and a new token is looked up on its first miss.
+            self._tokens_task = asyncio.create_task(self._refresh_in_background())
         entry = self._tokens.get(parsed.digest)
         if entry is None and parsed.digest not in self._unknown_tokens:
             entry = await self._lookup_new_token(parsed)
@@ -170,6 +176,12 @@ class Registry:
         if time.time() >= entry.expires:
             raise TokenRefused(entry.token_id, credentials.EXPIRED)
         return entry
+
+    async def _refresh_in_background(self) -> None:
+        try:
+            await self._refresh_tokens()
+        except DatabaseError as exc:
+            log.warning("ingest could not reload agent tokens: %s", exc)
 
     def refuse(self, token_id: int, why: str) -> None:
         """A write found this token revoked, expired or gone: refuse it at the door from now."""
