@@ -19,9 +19,9 @@ from django.db import connection
 from controlplane.alerts.windows.sql import bucket_sums, max_buckets
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host
 from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.packing.read import source as packed_source
 from controlplane.telemetry.rollups.refresh import floor
 from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
-from controlplane.telemetry.schema import TABLES as RAW
 from controlplane.telemetry.series.histograms import histogram_quantile
 
 AFFINITY_LOOKBACK = timedelta(minutes=2)
@@ -235,10 +235,12 @@ def _affinity(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
         return
     end = _window(facts)[1]
     cte, params = _pairs(engines, "engine_id")
+    # raw or packed rows: a window that ended in a sealed day reads its packed minutes
+    rows_of, more = packed_source("proc", end - AFFINITY_LOOKBACK, end,
+                                  ["engine_id", "cpu_affinity"], alias="p")
     rows = _query(
         f"WITH {cte} SELECT DISTINCT ON (p.host_id, p.pid) m.dep, p.cpu_affinity "
-        f"FROM {RAW['proc'].name} p JOIN m ON m.engine_id = p.engine_id "
-        f"WHERE p.ts >= %s AND p.ts < %s ORDER BY p.host_id, p.pid, p.ts DESC",
-        params + [end - AFFINITY_LOOKBACK, end])
+        f"FROM {rows_of} JOIN m ON m.engine_id = p.engine_id "
+        f"ORDER BY p.host_id, p.pid, p.ts DESC", params + more)
     for dep, cpus in rows:
         facts[dep].proc_cpus.update(cpus or [])

@@ -1,19 +1,22 @@
-"""The sample, rollup and slice tables: raw SQL, outside Django's flush."""
+"""The sample tables (raw, packed, rollups) and the alert slices' record: raw SQL, outside
+Django's flush."""
 
 from __future__ import annotations
 
 from django.db import connection
 
 from controlplane.alerts.windows.schema import all_names as slice_tables
+from controlplane.telemetry.packing.schema import TABLES as PACKED
 from controlplane.telemetry.rollups.schema import all_tables as rollup_tables
 from controlplane.telemetry.schema import TABLES
 
 
 def truncate_samples() -> None:
-    """Empty the sample, rollup and slice tables: truncate the partitions that hold rows (a
-    TRUNCATE of all of them costs a sixth of a second, and most tests leave them empty)."""
-    parents = [t.name for t in TABLES.values()] + [t.name for t in rollup_tables()] \
-        + slice_tables()
+    """Empty the raw, packed and rollup sample tables and the evaluator's record: truncate the
+    partitions that hold rows (a TRUNCATE of all of them costs a sixth of a second, and most
+    tests leave them empty)."""
+    parents = [t.name for t in TABLES.values()] + [t.name for t in PACKED.values()] \
+        + [t.name for t in rollup_tables()] + slice_tables()
     with connection.cursor() as cursor:
         # the leaf partitions of the partitioned tables, and the plain tables themselves
         cursor.execute("SELECT relid::text FROM unnest(%(p)s::regclass[]) AS parent, "

@@ -258,3 +258,22 @@ def test_a_full_minute_is_compressed_in_its_row(db):
     found = fetch(f"SELECT pg_column_compression(util_pct), pg_column_compression(mem_used_bytes),"
                   f" n FROM {PACKED['gpu'].name} WHERE ts = %s", [start])
     assert found == [("lz4", "lz4", 60)]
+
+
+def test_tuning_reads_a_process_affinity_from_packed_minutes(history):
+    """Tuning's facts for a window that ended in a sealed day find the process's CPU affinity
+    in the packed minutes."""
+    from controlplane.tuning.facts import Facts, _affinity
+
+    at = D0 + timedelta(hours=1, minutes=30)
+    insert_rows("proc", [{"host_id": history.host.id, "pid": 5151, "ts": at,
+                          "engine_id": history.engine.id, "cpu_pct": 99.0,
+                          "cpu_affinity": [2, 3]}])
+    job.run(now=NOW)
+    assert raw_count("proc") == 0
+    facts = {1: Facts(None, history.host, [], {}, at - timedelta(minutes=5),
+                      at + timedelta(seconds=30))}
+
+    _affinity(facts, [(1, history.engine.id)])
+
+    assert facts[1].proc_cpus == {2, 3}
