@@ -38,8 +38,8 @@ def encode(types: list[str], rows: list[tuple]) -> bytes:
     shapes = [_shape(t, c) for t, c in zip(types, columns, strict=True)]
     if None not in shapes:
         return HEADER + _encode_group(types, columns, tuple(shapes)) + TRAILER
-    return HEADER + b"".join(_encode_group(types, list(zip(*group, strict=True)), shape)
-                             for shape, group in _groups(types, rows).items()) + TRAILER
+    return HEADER + b"".join(_encode_group(types, list(zip(*run, strict=True)), shape)
+                             for shape, run in _runs(types, rows)) + TRAILER
 
 
 def _shape(sql_type: str, column: tuple) -> int | None:
@@ -60,11 +60,18 @@ def _row_shape(types: list[str], row: tuple) -> tuple[int, ...]:
                  for t, v in zip(types, row, strict=True))
 
 
-def _groups(types: list[str], rows: list[tuple]) -> dict[tuple, list[tuple]]:
-    groups: dict[tuple, list[tuple]] = {}
+def _runs(types: list[str], rows: list[tuple]) -> list[tuple[tuple, list[tuple]]]:
+    """The rows cut into runs of one shape, in their order: rows are stored in the order they
+    came (time order, which keeps the BRIN index on ts tight); grouping every row of a shape
+    together would reorder them."""
+    runs: list[tuple[tuple, list[tuple]]] = []
     for row in rows:
-        groups.setdefault(_row_shape(types, row), []).append(row)
-    return groups
+        shape = _row_shape(types, row)
+        if runs and runs[-1][0] == shape:
+            runs[-1][1].append(row)
+        else:
+            runs.append((shape, [row]))
+    return runs
 
 
 _DTYPES: dict[tuple, np.dtype] = {}
