@@ -64,6 +64,7 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
     now = now or timezone.now()
     # Other connections see only committed rows: inside a caller's transaction, one lane.
     lanes = 1 if connection.in_atomic_block else settings.PITWALL["ALERT_EVAL_LANES"]
+    side_by_side = lanes > 1
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": LOCK_KEY})
@@ -71,7 +72,8 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
                 return CycleResult(skipped=True)
         rules = claim_rules(now, rule_ids)
         result = CycleResult(rules=len(rules))
-        hits = run_queries(rules, now, errors=result.errors, seconds=result.seconds)
+        hits = run_queries(rules, now, errors=result.errors, seconds=result.seconds,
+                           side_by_side=side_by_side)
         hits = scoped([r for r in rules if r.id not in result.errors], hits,
                       errors=result.errors)
         live = [r for r in rules if r.id not in result.errors]
@@ -176,11 +178,13 @@ def failed(errors: Errors, rule: AlertRule, exc: Exception, where: str = "") -> 
 
 def run_queries(rules: list[AlertRule], now: datetime,
                 stores: dict[Entity, SliceStore] | None = None,
-                errors: Errors | None = None, seconds: dict[str, float] | None = None) -> Hits:
+                errors: Errors | None = None, seconds: dict[str, float] | None = None,
+                side_by_side: bool = False) -> Hits:
     """Bring the slices up to ``now`` (``stores``: this process's by default; a preview
     passes empty ones of its own, which are neither trusted nor recorded), then every rule's
     hits. With ``errors``, a rule that fails is recorded there and left out instead of
-    failing them all. ``seconds``: where to add the wall time of the slices and the rules."""
+    failing them all. ``seconds``: where to add the wall time of the slices and the rules.
+    ``side_by_side``: read raw rows on two connections (``refresh_stores``)."""
     seconds = {} if seconds is None else seconds
     started = time.perf_counter()
     own = stores is None
@@ -196,7 +200,8 @@ def run_queries(rules: list[AlertRule], now: datetime,
     rules = [r for r in rules if errors is None or r.id not in errors]
     with connection.cursor() as cursor:
         built = needs.build(max_buckets(cursor))
-        refresh_stores(cursor.cursor, stores, now, built, record=own)
+        refresh_stores(cursor.cursor, stores, now, built, record=own,
+                       side_by_side=side_by_side)
     cycle = Cycle(now, {e: View(stores[e], now) for e in built}, Fleet.load(),
                   layouts_of(built))
     seconds["slices"] = time.perf_counter() - started

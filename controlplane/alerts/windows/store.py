@@ -18,9 +18,11 @@ rules need columns or masks it does not hold, it rebuilds too.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 import numpy as np
+from django.db import connection
 
 from agents.protocol import Entity
 from controlplane.alerts.windows.brin import summarize_new_ranges
@@ -99,23 +101,48 @@ class SliceStore:
 
 
 def refresh_stores(cursor, stores: dict[Entity, SliceStore], now: datetime,
-                   needs: dict[Entity, Need], record: bool = True) -> None:
+                   needs: dict[Entity, Need], record: bool = True,
+                   side_by_side: bool = False) -> None:
     """Bring these stores up to ``now``. ``record``: the evaluator's own stores, trusted only
     while ``alerts_slice_state`` says what they last covered, and recorded there (see the
-    module doc); otherwise built afresh."""
+    module doc); otherwise built afresh. ``side_by_side``: the GPUs' rows (the most) are read
+    and folded on a connection of their own, in a thread, while this one does the others, so
+    PostgreSQL reads on two cores (only where other connections see the rows: outside a
+    caller's transaction)."""
     marks = {}
     if record:
         cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE}")
         marks = {entity: (lo, hi) for entity, lo, hi in cursor.fetchall()}
-    for entity, need in needs.items():
-        store = stores.setdefault(entity, SliceStore(entity))
-        trusted = record and marks.get(entity) == (store.lo, store.hi)
-        store.refresh(cursor, now, need, trusted)
-        if record:
+    for entity in needs:
+        stores.setdefault(entity, SliceStore(entity))
+
+    def bring(entity: Entity, on) -> None:
+        store = stores[entity]
+        store.refresh(on, now, needs[entity],
+                      record and marks.get(entity) == (store.lo, store.hi))
+
+    apart = [e for e in needs if side_by_side and e == "gpu" and len(needs) > 1]
+    with ThreadPoolExecutor(1) as pool:
+        elsewhere = [pool.submit(_on_own_connection, bring, e) for e in apart]
+        for entity in needs:
+            if entity not in apart:
+                bring(entity, cursor)
+        for done in elsewhere:
+            done.result()
+    if record:
+        for entity in needs:
             cursor.execute(
                 f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%(e)s, %(lo)s, %(hi)s) "
                 f"ON CONFLICT (entity) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi",
-                {"e": entity, "lo": store.lo, "hi": store.hi})
+                {"e": entity, "lo": stores[entity].lo, "hi": stores[entity].hi})
+
+
+def _on_own_connection(bring, entity: Entity) -> None:
+    try:
+        with connection.cursor() as cursor:
+            bring(entity, cursor.cursor)
+    finally:
+        connection.close()  # this thread's connection, back to the pool
 
 
 class View:
