@@ -44,6 +44,40 @@ class SampleTable:
         return (*(k.name for k in self.keys), "ts")
 
 
+class FromRaw:
+    """A table derived from a raw sample table (rollups, packed minutes): its entity and keys
+    are the raw table's. Mixed into frozen dataclasses that have a ``raw`` field."""
+
+    raw: SampleTable
+
+    @property
+    def entity(self) -> Entity:
+        return self.raw.entity
+
+    @property
+    def keys(self) -> tuple[Column, ...]:
+        return self.raw.keys
+
+    @property
+    def primary_key(self) -> tuple[str, ...]:
+        return self.raw.primary_key
+
+
+# The fleet table that places an entity keyed by an id of its own on its host.
+_OWNERS = {"gpu": ("fleet_gpu", "gpu_id"), "engine": ("fleet_engine", "engine_id")}
+
+
+def host_rows_join(entity: Entity, rows: str, span: str) -> str:
+    """JOINs from ``d`` (a row per ``host_id``) to ``rows`` (an entity's rows, alias ``t``)
+    within ``span``: host and process rows carry their host id, GPUs and engines go through
+    their fleet table."""
+    owner = _OWNERS.get(entity)
+    if owner is None:
+        return f"JOIN {rows} ON t.host_id = d.host_id AND {span}"
+    owners, key = owner
+    return f"JOIN {owners} e ON e.host_id = d.host_id JOIN {rows} ON t.{key} = e.id AND {span}"
+
+
 def sql_type(metric: Metric) -> str:
     if metric.array:
         return "float4[]"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from controlplane.telemetry.packing.read import unpacked_sql
 from controlplane.telemetry.packing.schema import PackedTable, is_array
+from controlplane.telemetry.schema import host_rows_join
 
 EPOCH = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
 MINUTE = f"date_bin(interval '1 minute', ts, {EPOCH})"
@@ -64,19 +65,10 @@ def range_src(table: PackedTable, child: str) -> str:
 
 
 # The fleet table naming the host of each entity that has no host_id column of its own.
-_OWNERS = {"gpu": ("fleet_gpu", "gpu_id"), "engine": ("fleet_engine", "engine_id")}
-
-
 def marked_src(table: PackedTable, child: str) -> str:
     """The rows of a raw partition of the hosts' entities in the minutes marked:
     (``%(hosts)s[i]``, ``%(minutes)s[i]``) pairs."""
     pairs = "unnest(%(hosts)s::int4[], %(minutes)s::timestamptz[]) AS d(host_id, minute)"
     span = "t.ts >= d.minute AND t.ts < d.minute + interval '1 minute'"
-    owner = _OWNERS.get(table.entity)
-    if owner is None:  # host and process rows carry the host id themselves
-        joins = f"JOIN {child} t ON t.host_id = d.host_id AND {span}"
-    else:
-        owners, key = owner
-        joins = (f"JOIN {owners} e ON e.host_id = d.host_id "
-                 f"JOIN {child} t ON t.{key} = e.id AND {span}")
+    joins = host_rows_join(table.entity, f"{child} t", span)
     return f"SELECT {raw_columns(table)} FROM {pairs} {joins}"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from agents.protocol import Entity
 from controlplane.telemetry.schema import TABLES as RAW_TABLES
-from controlplane.telemetry.schema import Column, SampleTable
+from controlplane.telemetry.schema import Column, FromRaw, SampleTable
 
 # Partition storage parameter: compress every array of a row over TOAST's 2 KB threshold.
 PARTITION_OPTIONS = "toast_tuple_target = 128"
@@ -43,21 +43,9 @@ def is_array(column: Column) -> bool:
 
 
 @dataclass(frozen=True)
-class PackedTable:
+class PackedTable(FromRaw):
     raw: SampleTable
     name: str
-
-    @property
-    def entity(self) -> Entity:
-        return self.raw.entity
-
-    @property
-    def keys(self) -> tuple[Column, ...]:
-        return self.raw.keys
-
-    @property
-    def primary_key(self) -> tuple[str, ...]:
-        return self.raw.primary_key
 
     def stored(self, column: Column) -> list[tuple[str, str]]:
         """(name, type) of the packed columns holding one raw column."""

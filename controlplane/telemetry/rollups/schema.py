@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from agents.protocol import Entity, Metric
 from controlplane.telemetry.partitions import Period
 from controlplane.telemetry.schema import TABLES as RAW_TABLES
-from controlplane.telemetry.schema import Column, SampleTable
+from controlplane.telemetry.schema import Column, FromRaw, SampleTable
 
 
 @dataclass(frozen=True)
@@ -51,23 +51,11 @@ class RollupColumn:
 
 
 @dataclass(frozen=True)
-class RollupTable:
+class RollupTable(FromRaw):
     tier: Tier
     raw: SampleTable
     name: str
     columns: tuple[RollupColumn, ...]  # value columns, after ts and n
-
-    @property
-    def entity(self) -> Entity:
-        return self.raw.entity
-
-    @property
-    def keys(self) -> tuple[Column, ...]:
-        return self.raw.keys
-
-    @property
-    def primary_key(self) -> tuple[str, ...]:
-        return self.raw.primary_key
 
     @property
     def all_columns(self) -> tuple[Column | RollupColumn, ...]:

@@ -29,12 +29,10 @@ from agents.protocol import Metric
 from controlplane.telemetry.packing import read as packing
 from controlplane.telemetry.rollups.schema import TABLES, RollupColumn, RollupTable
 from controlplane.telemetry.schema import TABLES as RAW_TABLES
+from controlplane.telemetry.schema import host_rows_join
 
 EPOCH = "TIMESTAMPTZ '2000-01-01 00:00:00+00'"
 # The fleet table naming the host of each entity that has no host_id column of its own.
-_OWNERS = {"gpu": ("fleet_gpu", "gpu_id"), "engine": ("fleet_engine", "engine_id")}
-
-
 @dataclass(frozen=True)
 class Scope:
     """The source rows a statement reads; the source is aliased ``t``."""
@@ -71,13 +69,7 @@ def dirty_scope(table: RollupTable, hosts: list[int], buckets: list) -> Scope:
     src = _source(table, lo)
     pairs = "unnest(%(hosts)s::int4[], %(buckets)s::timestamptz[]) AS d(host_id, bucket)"
     span = f"t.ts >= d.bucket AND t.ts < d.bucket + {_width(table)}"
-    owner = _OWNERS.get(table.entity)
-    if owner is None:  # host and process rows carry the host id themselves
-        from_sql = f"{pairs} JOIN {src} ON t.host_id = d.host_id AND {span}"
-    else:
-        owners, key = owner
-        from_sql = (f"{pairs} JOIN {owners} e ON e.host_id = d.host_id "
-                    f"JOIN {src} ON t.{key} = e.id AND {span}")
+    from_sql = f"{pairs} {host_rows_join(table.entity, src, span)}"
     return Scope(from_sql, "TRUE", {"hosts": hosts, "buckets": buckets, "lo": lo, "hi": hi})
 
 
