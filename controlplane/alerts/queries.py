@@ -17,6 +17,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from django.db import connection
@@ -91,9 +92,13 @@ class Cycle:
               window_s: int) -> np.ndarray:
         """Per target of the entity's view, one rule shape's value (NaN: none); shared."""
         j0 = self.column(entity, window_s)
-        key = (entity, column, aggregation, mask, j0)
+        return self.shared((entity, column, aggregation, mask, j0),
+                           lambda: rule_value(self.views[entity], column, aggregation, mask, j0))
+
+    def shared(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once a cycle for every rule that asks with the same key."""
         if key not in self._values:
-            self._values[key] = rule_value(self.views[entity], column, aggregation, mask, j0)
+            self._values[key] = compute()
         return self._values[key]
 
     def hit(self, entity: Entity, key: int, value: float, engine: int = -1) -> Hit | None:
@@ -148,10 +153,9 @@ def _proc_engines(view: View, j0: int) -> np.ndarray:
 def _quantile_hits(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     metric = rule_metric(rule)
     view = cycle.views[metric.entity]
-    key = ("quantile", metric.key, cycle.column(metric.entity, rule.window_s))
-    if key not in cycle._values:
-        cycle._values[key] = histogram_sums(view, metric.key, key[2])
-    layouts, counts = cycle._values[key]
+    j0 = cycle.column(metric.entity, rule.window_s)
+    layouts, counts = cycle.shared(("quantile", metric.key, j0),
+                                   lambda: histogram_sums(view, metric.key, j0))
     hits = []
     for u in np.flatnonzero(layouts >= 0):
         edges = cycle.bounds.get(int(layouts[u]), [])

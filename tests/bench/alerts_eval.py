@@ -27,7 +27,6 @@ import json
 import random
 import statistics
 import time
-from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -184,7 +183,8 @@ def measure(end: datetime, cycles: int) -> list[dict]:
 
     from controlplane.alerts.evaluate import STORES, evaluate
 
-    meter = harness.CpuMeter(bench_backends)
+    # the bench database's backends: other sessions and the shared WAL writer stay out
+    meter = harness.CpuMeter(lambda: harness.postgres_processes_of(shared=False))
     with connection.cursor() as cursor:  # a runaway statement must not outlive the benchmark
         cursor.execute("SET statement_timeout = '60s'")
     out = []
@@ -203,21 +203,6 @@ def measure(end: datetime, cycles: int) -> list[dict]:
         print(f"  cycle {i}: {out[-1]}", flush=True)
     connection.close()
     return out
-
-
-def bench_backends() -> list[psutil.Process]:
-    """The PostgreSQL backends serving the bench database: other sessions' load on the same
-    server (and the WAL writer's work for it) stays out of the count."""
-    import psycopg
-
-    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as c:
-        pids = [pid for (pid,) in c.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (harness.BENCH_DB,))]
-    found = []
-    for pid in pids:
-        with suppress(psutil.Error):
-            found.append(psutil.Process(pid))
-    return found
 
 
 def measure_previews(end: datetime) -> list[dict]:

@@ -165,17 +165,23 @@ def load(args, dsn: str) -> dict:
 
 # -- rollups ----------------------------------------------------------------------------------
 
-def build_rollups() -> dict:
-    """Everything is 'late' to the rollup code: it catches up from nothing to now."""
-    from controlplane.telemetry import rollups
-
+def timed(work) -> dict:
+    """Run ``work()``: its wall time, the CPU of this process and of the bench database's
+    PostgreSQL, and what it reported."""
     meter = harness.CpuMeter(lambda: [*harness.postgres_processes_of(),
                                       *harness.process_tree(os.getpid())])
     meter.start()
     began = time.monotonic()
-    report = rollups.catch_up()
+    report = work()
     wall = time.monotonic() - began
     return {"wall_s": round(wall, 1), "cpu_s": round(meter.stop(), 1), "report": report}
+
+
+def build_rollups() -> dict:
+    """Everything is 'late' to the rollup code: it catches up from nothing to now."""
+    from controlplane.telemetry import rollups
+
+    return timed(rollups.catch_up)
 
 
 def pack() -> dict:
@@ -186,13 +192,7 @@ def pack() -> dict:
 
     with connection.cursor() as cursor:
         cursor.execute("CHECKPOINT")  # the load's dirty pages are not the job's to write
-    meter = harness.CpuMeter(lambda: [*harness.postgres_processes_of(),
-                                      *harness.process_tree(os.getpid())])
-    meter.start()
-    began = time.monotonic()
-    report = job.run()
-    wall = time.monotonic() - began
-    return {"wall_s": round(wall, 1), "cpu_s": round(meter.stop(), 1), "report": report}
+    return timed(job.run)
 
 
 # -- queries ----------------------------------------------------------------------------------
