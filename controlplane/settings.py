@@ -301,6 +301,9 @@ PITWALL = {
     # Each statement of a rule preview or a series read is cancelled after this many seconds
     # (503 that says so): a user's query must not hold a connection for everyone.
     "QUERY_TIMEOUT_S": envint("PITWALL_QUERY_TIMEOUT_S", 5, minimum=1),
+    # /metrics (docs/prometheus.md) answers a scraper on loopback, or a user API token with
+    # read rights; on, it answers anyone who reaches it (a trusted private network only).
+    "METRICS_OPEN": envbool("PITWALL_METRICS_OPEN", False),
     # Links in notifications point here (the address users reach Pitwall at).
     "ALERT_EXTERNAL_URL": envstr("PITWALL_ALERT_EXTERNAL_URL", ""),
     # Tuning (docs/tuning.md): every TUNING_INTERVAL_S each deployment is diagnosed from the

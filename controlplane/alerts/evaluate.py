@@ -26,6 +26,7 @@ from django.utils import timezone
 from agents.protocol import Entity
 from controlplane.alerts.apply import apply_hits
 from controlplane.alerts.fleet_names import FleetNames
+from controlplane.alerts.metrics import CYCLE_SECONDS, RULE_ERRORS
 from controlplane.alerts.models import AlertRule
 from controlplane.alerts.named_kinds import NAMED
 from controlplane.alerts.named_kinds import add_needs as NAMED_NEEDS
@@ -65,6 +66,7 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
     # Other connections see only committed rows: inside a caller's transaction, one lane.
     lanes = 1 if connection.in_atomic_block else settings.PITWALL["ALERT_EVAL_LANES"]
     side_by_side = lanes > 1
+    cycle_started = time.perf_counter()
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": LOCK_KEY})
@@ -85,6 +87,8 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
                 result.errors.setdefault(rule_id, error)
         record_errors(rules, result.errors, now)
         result.seconds["state"] = time.perf_counter() - started
+    CYCLE_SECONDS.observe(time.perf_counter() - cycle_started)
+    RULE_ERRORS.inc(len(result.errors))
     return result
 
 

@@ -20,6 +20,7 @@ from django.contrib.auth import SESSION_KEY, get_user_model
 from controlplane.realtime import groups, interest
 from controlplane.realtime.channel_layer import LAYER_ERRORS
 from controlplane.realtime.events import Reply, encode
+from controlplane.realtime.metrics import LIVE_CLIENTS
 
 CLOSE_SIGNED_OUT = 4401  # the page sends the browser to the login form, no reconnect
 CLOSE_FORBIDDEN = 4403  # signed in, but no role that reads the fleet
@@ -39,8 +40,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
         else:
             self.allowed = True
+            LIVE_CLIENTS.inc()
 
     async def disconnect(self, code: int) -> None:
+        if self.allowed:
+            self.allowed = False
+            LIVE_CLIENTS.dec()
         with contextlib.suppress(*LAYER_ERRORS):  # Redis gone: its groups expire by themselves
             for group in set(self.watching.values()):
                 await self.channel_layer.group_discard(group, self.channel_name)

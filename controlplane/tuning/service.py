@@ -26,6 +26,7 @@ from controlplane.fleet.models import Deployment, DeploymentState
 from controlplane.tuning import verify
 from controlplane.tuning.diagnoses import Finding, diagnose, over_provisioned
 from controlplane.tuning.facts import Inventory, gather, minute
+from controlplane.tuning.metrics import PASS_SECONDS
 from controlplane.tuning.models import DECIDED, Kind, State, Suggestion
 
 WORSE = 1.5
@@ -48,7 +49,8 @@ def locked_pass(now: datetime | None = None) -> PassResult | None:
         if not cursor.fetchone()[0]:
             return None
         try:
-            return tuning_pass(now)
+            with PASS_SECONDS.time():
+                return tuning_pass(now)
         finally:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
 

@@ -90,3 +90,20 @@ def test_a_summary_longer_than_its_column_is_cut_and_the_cycle_goes_on(hot, node
     alert = Alert.objects.get(rule=wide)
     assert alert.state == "firing" and len(alert.summary) == 1000
     assert Alert.objects.get(rule=hot).state == "firing"
+
+
+def test_cycles_and_their_rule_errors_are_counted_for_metrics(hot, node, monkeypatch):
+    from prometheus_client import REGISTRY
+
+    def read() -> tuple[float, float]:
+        return (REGISTRY.get_sample_value("pitwall_alert_cycle_seconds_count") or 0.0,
+                REGISTRY.get_sample_value("pitwall_alert_rule_errors_total") or 0.0)
+
+    bad = rule(name="KV full", kind=RuleKind.KV_PRESSURE, window_s=60, op=">", threshold=0.9)
+    monkeypatch.setitem(named_kinds.NAMED, RuleKind.KV_PRESSURE, fails_in_the_database)
+    cycles, errors = read()
+    evaluate(T0, rule_ids=[hot.id, bad.id])
+    assert read() == (cycles + 1, errors + 1)
+    monkeypatch.undo()
+    evaluate(T0 + 10 * S, rule_ids=[hot.id, bad.id])
+    assert read() == (cycles + 2, errors + 1)

@@ -164,3 +164,28 @@ def test_a_socket_whose_session_ended_is_closed_at_its_next_ping(live_settings, 
         return closed
 
     assert scenario()["code"] == 4401
+
+
+def test_live_clients_counts_allowed_sockets_while_they_are_open(live_settings,
+                                                                 session_handshake):
+    from prometheus_client import REGISTRY
+
+    def clients() -> float:
+        return REGISTRY.get_sample_value("pitwall_live_clients") or 0.0
+
+    before = clients()
+    refused = session_headers("nobody", role=None)
+
+    @synchronously
+    async def scenario():
+        socket = await open_socket(session_handshake)
+        await subscribe(socket, "fleet")  # the connect has run to its end
+        stranger = await open_socket(refused)
+        await stranger.receive_output(DEADLINE_S)  # its 4403
+        during = clients()
+        await stranger.close()
+        await socket.close()
+        return during
+
+    assert scenario() - before == 1  # the refused socket is not a client
+    assert clients() == before

@@ -21,10 +21,18 @@ def test_beat_schedules_the_tuning_tasks_under_their_registered_names():
         assert task.name in names and task.name in app.tasks
 
 
+def passes_timed() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("pitwall_tuning_pass_seconds_count") or 0.0
+
+
 def test_the_tasks_run_a_pass_and_a_follow_up():
+    before = passes_timed()
     assert diagnose_deployments.apply().get() == {
         "deployments": 0, "diagnosed": 0, "created": [], "refreshed": 0, "cleared": 0}
     assert follow_up_suggestions.apply().get() == {"applied": 0, "verified": 0}
+    assert passes_timed() == before + 1  # /metrics's pitwall_tuning_pass_seconds
 
 
 def test_a_pass_running_elsewhere_makes_this_one_skip():
@@ -33,7 +41,9 @@ def test_a_pass_running_elsewhere_makes_this_one_skip():
                             dbname=db["NAME"], user=db.get("USER") or None, autocommit=True)
     try:
         other.execute("SELECT pg_advisory_lock(%s)", [service.LOCK_KEY])
+        before = passes_timed()
         assert diagnose_deployments.apply().get() == {"skipped": True}
+        assert passes_timed() == before  # a skipped pass is not timed
         # Released at once (a closed session's locks go only when its backend notices).
         other.execute("SELECT pg_advisory_unlock(%s)", [service.LOCK_KEY])
     finally:

@@ -22,7 +22,7 @@ from django.db import DatabaseError, connections
 
 from agents.protocol import PROTOCOLS_HEADER
 from controlplane.telemetry import partitions
-from controlplane.telemetry.ingest import columns, trace
+from controlplane.telemetry.ingest import columns, metrics, trace
 from controlplane.telemetry.ingest.copy import dsn_from_settings
 from controlplane.telemetry.ingest.credentials import TokenRefused
 from controlplane.telemetry.ingest.errors import BadRequest
@@ -105,17 +105,22 @@ class IngestApp:
             return
         await self.startup()  # servers without lifespan support start the writer here
         steps = [time.monotonic()] if self.trace is not None else None
+        batches = [1]  # how many the body holds, once parsed (a refusal before: one)
         try:
-            status, body = 200, await self._handle(scope, receive, steps)
+            status, body = 200, await self._handle(scope, receive, steps, batches)
         except BadRequest as exc:
             status, body = exc.status, {"error": exc.message, "field": exc.field}
+            count_refused(exc.reason, batches[0])
         except (StorageUnavailable, DatabaseError) as exc:
             status, body = 503, _unavailable(exc)
+            metrics.REQUESTS_UNAVAILABLE.inc()
+            metrics.BATCHES_UNAVAILABLE.inc(batches[0])
         await _reply(send, status, body)
         if steps is not None and len(steps) == 6:
             self.trace.request((*steps, time.monotonic()))  # type: ignore[union-attr]
 
-    async def _handle(self, scope, receive, steps: list[float] | None = None) -> dict:
+    async def _handle(self, scope, receive, steps: list[float] | None = None,
+                      batches: list[int] | None = None) -> dict:
         headers = dict(scope["headers"])
         credential = await self.registry.authenticate(headers.get(b"authorization"))
         host_id, token_id = credential.host_id, credential.token_id
@@ -128,6 +133,8 @@ class IngestApp:
                 parsed = parse_request(orjson.loads(raw))
             except orjson.JSONDecodeError as exc:
                 raise BadRequest(f"the body is not valid JSON: {exc}") from None
+        if batches is not None:
+            batches[0] = len(parsed.batches)
         self._check_times(parsed.batches)
         if steps is not None:
             steps.append(time.monotonic())
@@ -148,6 +155,7 @@ class IngestApp:
             raise
         accepted = sum(b.sample_count for b, is_new in zip(parsed.batches, new, strict=True)
                        if is_new)
+        count_answered(new)
         return {"accepted": accepted, "duplicates": new.count(False), "config_version": version,
                 "ignored": sorted(parsed.ignored)}
 
@@ -182,13 +190,13 @@ class IngestApp:
                 if ts > newest:
                     raise BadRequest(
                         f"ts is {ts - time.time():.0f} s in the future; check the "
-                        f"agent's clock (NTP)", batch.ts_field(i))
+                        f"agent's clock (NTP)", batch.ts_field(i), reason="clock")
                 if ts < oldest:
                     days = settings.PITWALL["RAW_RETENTION_DAYS"]
                     raise BadRequest(
                         f"ts is {(time.time() - ts) / 86400:.1f} days old, older than the raw "
                         f"retention ({days} days): it would never be kept; check the agent's "
-                        f"clock (NTP)", batch.ts_field(i))
+                        f"clock (NTP)", batch.ts_field(i), reason="retention")
 
     async def _read_body(self, headers: dict, receive) -> bytes:
         ctype = headers.get(b"content-type", b"application/json").split(b";")[0].strip()
@@ -214,6 +222,22 @@ class IngestApp:
                 break
         raw = b"".join(chunks)
         return _gunzip(raw, self.max_body) if encoding == b"gzip" else raw
+
+
+def count_answered(new: list[bool]) -> None:
+    duplicates = new.count(False)
+    metrics.REQUESTS_OK.inc()
+    metrics.BATCHES_STORED.inc(len(new) - duplicates)
+    if duplicates:
+        metrics.BATCHES_DUPLICATE.inc(duplicates)
+    if len(new) > 1:
+        metrics.SPOOL_REPLAYS.inc()
+
+
+def count_refused(reason: str, batches: int) -> None:
+    metrics.REQUESTS_REFUSED.inc()
+    metrics.BATCHES_REFUSED.inc(batches)
+    metrics.REFUSED.labels(reason).inc(batches)
 
 
 def _unavailable(exc: Exception) -> dict:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+# A refusal's reason, as /metrics counts it (a few values: never the field, which is unbounded).
+REASONS = {401: "unauthorized", 403: "unauthorized", 413: "too_large",
+           415: "unsupported_media_type"}
+
 
 class BadRequest(Exception):
-    def __init__(self, message: str, field: str = "", status: int = 400) -> None:
+    reason = ""  # a subclass may name its own
+
+    def __init__(self, message: str, field: str = "", status: int = 400,
+                 reason: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         self.status = status
+        self.reason = reason or self.reason or REASONS.get(status, "invalid")
 
 
 def join(path: str, name: str) -> str:

@@ -30,7 +30,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from controlplane.telemetry import partitions
-from controlplane.telemetry.ingest import credentials
+from controlplane.telemetry.ingest import credentials, metrics
 from controlplane.telemetry.ingest.copy import copy_rows, make_copy_connection
 from controlplane.telemetry.ingest.credentials import TokenRefused
 from controlplane.telemetry.ingest.errors import BadRequest
@@ -71,6 +71,8 @@ class OutsideWindow(BadRequest):
     The request checks refuse such samples first (app.py); this is the writer's own guard,
     and catches a batch checked just before midnight whose oldest day left retention since.
     """
+
+    reason = "retention"
 
 
 class StorageUnavailable(Exception):
@@ -127,6 +129,7 @@ class Writer:
             item.future = loop.create_future()
             self._pending.append(item)
             self._pending_rows += item.row_count
+        metrics.QUEUE.set(len(self._pending))
         self._wake.set()
         # A multi-batch request (a spool replay) already is a group: waiting for more
         # only delays the agent, which sends its next group after this one's reply.
@@ -153,6 +156,7 @@ class Writer:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), left)
             work, self._pending, self._pending_rows = self._pending, [], 0
+            metrics.QUEUE.set(0)
             self._wake.clear()
             self._full.clear()
             if work:
@@ -176,6 +180,9 @@ class Writer:
                     item.future.set_exception(StorageUnavailable(str(exc), incident))
             return
         committed = time.monotonic()
+        metrics.FLUSH_SECONDS.observe(committed - started)
+        fresh = [w for w, new in zip(work, stored, strict=True) if new is True]
+        metrics.count_stored(w.rows for w in fresh)
         for item, outcome in zip(work, stored, strict=True):
             item.flush_started, item.committed = started, committed
             if not item.future.done():
@@ -185,7 +192,7 @@ class Writer:
                     item.future.set_result(outcome)
         for callback in self.after_commit:
             try:
-                callback([w for w, new in zip(work, stored, strict=True) if new is True])
+                callback(fresh)
             except Exception:  # noqa: BLE001 - a live-push failure must not fail ingest
                 log.exception("after-commit callback failed")
         if self.trace is not None:

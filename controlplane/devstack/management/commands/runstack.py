@@ -12,6 +12,7 @@ from controlplane.devstack.real_vllm_demo import NotInstalled, RealVllmDemo
 from controlplane.fleet import deployments
 from controlplane.fleet.models import AgentToken, Deployment, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token
+from controlplane.lib.selfmetrics import MULTIPROC_ENV, prepare_directory
 
 INVENTORY_WAIT_S = 60.0
 # The demo fleet's deployments: most are healthy; two are mis-tuned on purpose so the Tuning
@@ -21,18 +22,27 @@ DEMO_LOAD = {2: 12.0, 3: 12.0}
 
 
 def server_children(opts: dict, var: Path) -> list[Child]:
-    """The control plane's own processes: the ASGI server, the Celery worker and beat."""
+    """The control plane's own processes: the ASGI server, the Celery worker and beat.
+
+    They share one directory of metric files (emptied by ``handle`` before they start), so
+    that ``/metrics`` sums every process's counts (prometheus_client's multiprocess mode,
+    docs/prometheus.md)."""
     celery_log = ["--loglevel", opts["celery_loglevel"]]
+    env = {MULTIPROC_ENV: str(metrics_dir(var))}
     return [
         Child("web", [python(), "-m", "uvicorn", "controlplane.asgi:application",
                       "--host", opts["host"], "--port", str(opts["port"]),
                       "--workers", str(opts["web_workers"]), "--log-level", "warning",
-                      "--no-access-log"]),
+                      "--no-access-log"], env),
         Child("celery-worker", [python(), "-m", "celery", "-A", "controlplane", "worker",
-                                *celery_log, "--concurrency", "1"]),
+                                *celery_log, "--concurrency", "1"], env),
         Child("celery-beat", [python(), "-m", "celery", "-A", "controlplane", "beat",
-                              *celery_log, "--schedule", str(var / "celerybeat-schedule")]),
+                              *celery_log, "--schedule", str(var / "celerybeat-schedule")], env),
     ]
+
+
+def metrics_dir(var: Path) -> Path:
+    return Path(os.environ.get(MULTIPROC_ENV) or var / "metrics")
 
 
 class Command(BaseCommand):
@@ -61,6 +71,7 @@ class Command(BaseCommand):
         var = Path(settings.BASE_DIR) / "var"
         var.mkdir(exist_ok=True)  # celery beat keeps its schedule here
         url = f"http://{opts['host']}:{opts['port']}"
+        prepare_directory(metrics_dir(var))  # a previous run's counts would be added
         children = server_children(opts, var)
         stack = Stack(children, log=lambda m: self.stdout.write(f"pitwall: {m}"))
         stack.start()
