@@ -42,14 +42,24 @@ $(NODE_STAMP): package.json package-lock.json
 # Playwright's own browsers).
 CHROMIUM := /usr/bin/chromium
 
-$(CHROMIUM):
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing Debian's chromium for the browser tests"; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
-	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
-	else echo "The browser tests need Chromium at $(CHROMIUM): sudo apt-get install chromium"; exit 1; fi
+# The Prometheus tests run Debian's Prometheus (promtool too) and Alertmanager as their own
+# processes on free ports; the packages' services are not started.
+PROMETHEUS := /usr/bin/prometheus
+ALERTMANAGER := /usr/bin/prometheus-alertmanager
+# Each program and the Debian package it comes from, installed as root when missing.
+DEBIAN_PACKAGE_chromium := chromium
+DEBIAN_PACKAGE_prometheus := prometheus
+DEBIAN_PACKAGE_prometheus-alertmanager := prometheus-alertmanager
 
-install: $(STAMP) $(NODE_STAMP) $(CHROMIUM)
+$(CHROMIUM) $(PROMETHEUS) $(ALERTMANAGER):
+	@PKG=$(DEBIAN_PACKAGE_$(notdir $@)); \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's $$PKG for the tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$PKG >/dev/null || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$PKG >/dev/null; }; \
+	else echo "The tests need $@: sudo apt-get install $$PKG"; exit 1; fi
+
+install: $(STAMP) $(NODE_STAMP) $(CHROMIUM) $(PROMETHEUS) $(ALERTMANAGER)
 
 $(VAR)/secret_key:
 	@mkdir -p $(VAR) && umask 077 && $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
@@ -75,7 +85,7 @@ PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL = $(if $(filter-out 0,$(PYTEST_WORKERS)),\
   -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-test: preflight $(CHROMIUM)
+test: preflight $(CHROMIUM) $(PROMETHEUS) $(ALERTMANAGER)
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest $(PYTEST_PARALLEL)
 
 # Before every commit: everything but the slow tests (real servers, agents, Celery, a browser,
