@@ -16,6 +16,8 @@ as length + value.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 PG_EPOCH = 946684800.0  # 2000-01-01T00:00:00Z in unix seconds
@@ -30,21 +32,34 @@ ARRAYS = {"int2[]": (">i2", 21), "int4[]": (">i4", 23), "float4[]": (">f4", 700)
 NULL = -1  # a column's shape in a group: NULL, a scalar (0), or an array's length + 1
 
 
-def encode(types: list[str], rows: list[tuple]) -> bytes:
-    """The COPY data (header and trailer included) of ``rows``, whose columns have ``types``."""
+class Columns(NamedTuple):
+    """Rows transposed, and the NULLs of each column (COPY's encoder and /metrics' count of
+    stored values both need them: counted once)."""
+
+    values: list[tuple]
+    nulls: list[int]
+
+
+def transpose(rows: list[tuple]) -> Columns:
+    columns = list(zip(*rows, strict=True))
+    return Columns(columns, [c.count(None) for c in columns])
+
+
+def encode(types: list[str], rows: list[tuple], columns: Columns | None = None) -> bytes:
+    """The COPY data (header and trailer included) of ``rows``, whose columns have ``types``;
+    ``columns``: ``transpose(rows)``, when the caller has it already."""
     if not rows:
         return HEADER + TRAILER
-    columns = list(zip(*rows, strict=True))
-    shapes = [_shape(t, c) for t, c in zip(types, columns, strict=True)]
+    columns = columns or transpose(rows)
+    shapes = [_shape(t, c, n) for t, c, n in zip(types, *columns, strict=True)]
     if None not in shapes:
-        return HEADER + _encode_group(types, columns, tuple(shapes)) + TRAILER
+        return HEADER + _encode_group(types, columns.values, tuple(shapes)) + TRAILER
     return HEADER + b"".join(_encode_group(types, list(zip(*run, strict=True)), shape)
                              for shape, run in _runs(types, rows)) + TRAILER
 
 
-def _shape(sql_type: str, column: tuple) -> int | None:
+def _shape(sql_type: str, column: tuple, nulls: int) -> int | None:
     """The column's shape if every row shares it, else None (the rows must be grouped)."""
-    nulls = column.count(None)
     if nulls == len(column):
         return NULL
     if nulls:

@@ -1,21 +1,16 @@
 """The ingest path's own metrics (``/metrics``, docs/prometheus.md).
 
-Counted per request and per flush, never per value: at 1,000 batches/s a counter update in
-multiprocess mode (a write to a memory-mapped file) is the unit of cost, and the benchmark
-(BENCHMARKS.md) keeps the whole at a small share of the ingest CPU.
+Counted per request and per flush, never per row or value: at 1,000 batches/s a counter
+update in multiprocess mode (a write to a memory-mapped file, ~1 µs) is the unit of cost;
+values are counted a column at a time where COPY transposes the rows anyway (copy.py).
+``make bench-selfmetrics`` sets the whole against the ingest server's CPU (BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
 from prometheus_client import Counter, Gauge, Histogram
 
 from controlplane.telemetry.schema import TABLES
-
-if TYPE_CHECKING:  # rows.py loads models: this module stays importable without Django
-    from controlplane.telemetry.ingest.rows import Rows
 
 REQUESTS = Counter(
     "pitwall_ingest_requests", "Ingest requests answered, by outcome "
@@ -49,20 +44,10 @@ BATCHES_DUPLICATE = BATCHES.labels("duplicate")
 BATCHES_REFUSED = BATCHES.labels("refused")
 BATCHES_UNAVAILABLE = BATCHES.labels("unavailable")
 _ROWS_OF = {t.name: ROWS.labels(t.entity) for t in TABLES.values()}
-_KEY_WIDTH = {t.name: len(t.keys) + 1 for t in TABLES.values()}  # the keys and ts
 
 
-def count_stored(rows: Iterable[Rows]) -> None:
-    """Rows and values of one flush's stored batches, counted once per table."""
-    per_table: dict[str, tuple[int, int]] = {}
-    for batch_rows in rows:
-        for table, table_rows in batch_rows.items():
-            if table_rows:
-                n, present = per_table.get(table, (0, 0))
-                # Values: the row's columns after the keys and ts, less the absent (None) ones.
-                width = len(table_rows[0]) - _KEY_WIDTH[table]
-                present += width * len(table_rows) - sum(r.count(None) for r in table_rows)
-                per_table[table] = (n + len(table_rows), present)
-    for table, (n, present) in per_table.items():
-        _ROWS_OF[table].inc(n)
-        VALUES.inc(present)
+def count_stored(stored: dict[str, tuple[int, int]]) -> None:
+    """One committed flush: table -> (rows, values) it stored (copy.copy_rows counts them)."""
+    for table, (rows, values) in stored.items():
+        _ROWS_OF[table].inc(rows)
+        VALUES.inc(values)

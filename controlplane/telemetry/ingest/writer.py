@@ -104,6 +104,8 @@ class Writer:
         self.after_commit: list = []  # callables(list[Work]) run after each commit
         self.trace = None  # a trace.Trace while PITWALL_INGEST_TRACE is set
         self._steps: list[float] = []  # the current flush's phase instants, when tracing
+        # The last flush's rows and values per table, counted for /metrics after its commit.
+        self._stored: dict[str, tuple[int, int]] = {}
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="pitwall-ingest-writer")
@@ -181,8 +183,8 @@ class Writer:
             return
         committed = time.monotonic()
         metrics.FLUSH_SECONDS.observe(committed - started)
+        metrics.count_stored(self._stored)
         fresh = [w for w, new in zip(work, stored, strict=True) if new is True]
-        metrics.count_stored(w.rows for w in fresh)
         for item, outcome in zip(work, stored, strict=True):
             item.flush_started, item.committed = started, committed
             if not item.future.done():
@@ -248,9 +250,11 @@ class Writer:
             for item in fresh:
                 for table, rows in item.rows.items():
                     tables.setdefault(table, []).extend(rows)
+            self._stored = {}
             for table, rows in tables.items():
                 if rows:
-                    await copy_rows(conn, table, rows, conflict_safe)
+                    values = await copy_rows(conn, table, rows, conflict_safe)
+                    self._stored[table] = (len(rows), values)
             self._steps.append(time.monotonic())
             await self._count_evictions(conn, fresh)
             await late.record(conn, fresh)  # rollups redo the minutes late samples reached

@@ -1,0 +1,77 @@
+"""Debian's Prometheus and Alertmanager as processes of a test: a free port, a temporary
+directory, a config written for the test, stopped by pid (never the packages' services)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from tests.support.live import Process, free_port
+from tests.support.polling import wait_until
+
+
+def binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        package = {"promtool": "prometheus"}.get(name, name)
+        raise AssertionError(f"{name} is missing: make test installs Debian's {package}")
+    return path
+
+
+def get_json(url: str, timeout: float = 5) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout) as reply:
+        return json.loads(reply.read())
+
+
+class PrometheusServer:
+    """A Prometheus scraping what ``config`` (a prometheus.yml as text) names."""
+
+    def __init__(self, workdir: Path, config: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "prometheus.yml").write_text(config)
+        self.process = Process(
+            [binary("prometheus"), f"--config.file={workdir / 'prometheus.yml'}",
+             f"--storage.tsdb.path={workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"], log=workdir / "prometheus.log")
+        wait_until(self._ready, 60, lambda: f"prometheus did not start:\n"
+                                            f"{self.process.output()[-3000:]}")
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            if self.process.proc.poll() is not None:
+                raise AssertionError(
+                    f"prometheus exited:\n{self.process.output()[-3000:]}") from None
+            return False
+
+    def query(self, promql: str) -> list[dict]:
+        """The instant vector ``promql`` gives now: [{"metric": {...}, "value": [t, "v"]}]."""
+        reply = get_json(f"{self.url}/api/v1/query?"
+                         + urllib.parse.urlencode({"query": promql}))
+        assert reply["status"] == "success", reply
+        return reply["data"]["result"]
+
+    def targets(self) -> dict[str, dict]:
+        """job -> its first active target (health, lastError)."""
+        active = get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
+        return {t["labels"]["job"]: t for t in active}
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def promtool_check(exposition: bytes) -> list[str]:
+    """What ``promtool check metrics`` says of an exposition: [] when it finds nothing."""
+    check = subprocess.run([binary("promtool"), "check", "metrics"], input=exposition,
+                           capture_output=True, timeout=60)
+    said = [line for line in (check.stdout + check.stderr).decode().splitlines()
+            if line.strip()]
+    return said if check.returncode or said else []
