@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-fast test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-real-vllm lint install preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -102,7 +102,7 @@ test-real-vllm: preflight real-vllm
 test-schema: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -s -m schema_fuzz tests/schema_fuzz
 
-bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack
+bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics
 
 bench-ingest: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
@@ -144,6 +144,10 @@ bench-real-vllm: preflight real-vllm
 # CPU and memory per process, the bill per 1,000 GPU hosts, disk growth, the alert cycle.
 bench-stack: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.stack_cost
+
+# What /metrics's counting costs the ingest path, set against the server's CPU per batch.
+bench-selfmetrics: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.selfmetrics_cost
 
 bench-pk: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.pk_order
