@@ -11,6 +11,7 @@ from controlplane.api.views.deployments import (
     DeploymentViewSet,
 )
 from controlplane.api.views.engines import EngineViewSet
+from controlplane.api.views.export import PrometheusExportView
 from controlplane.api.views.gpus import GpuViewSet
 from controlplane.api.views.hosts import HostViewSet
 from controlplane.api.views.series import SeriesView
@@ -41,6 +42,7 @@ urlpatterns = [
     # no inline script without a nonce.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("series/", SeriesView.as_view(), name="series"),
+    path("export/prometheus", PrometheusExportView.as_view(), name="export-prometheus"),
     path("agent/config", AgentConfigView.as_view(), name="agent-config"),
     path("agent/status", AgentStatusView.as_view(), name="agent-status"),
     *router.urls,
