@@ -35,6 +35,13 @@ def test_create_api_token_acts_as_an_existing_user_only(db):
         run("create_api_token", "nobody")
 
 
+def test_create_api_token_read_only_makes_a_token_that_only_reads(db):
+    get_user_model().objects.create_user("prometheus")
+    run("create_api_token", "prometheus", "--read-only", "--quiet")
+    run("create_api_token", "prometheus", "--quiet")
+    assert sorted(ApiToken.objects.values_list("scope", flat=True)) == ["read", "write"]
+
+
 def test_revoke_agent_tokens_marks_every_token_of_the_host(db):
     run("create_agent_token", "gpu-node-8")
     run("create_agent_token", "gpu-node-8")
