@@ -9,6 +9,7 @@ import subprocess
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 from tests.support.live import Process, free_port
 from tests.support.polling import wait_until
@@ -68,10 +69,27 @@ class PrometheusServer:
         self.process.stop()
 
 
-def promtool_check(exposition: bytes) -> list[str]:
-    """What ``promtool check metrics`` says of an exposition: [] when it finds nothing."""
+class Promtool(NamedTuple):
+    returncode: int  # 0: clean; 3: lint findings only; 1: an error (unparsable exposition)
+    findings: set[str]
+
+
+def promtool_check(exposition: bytes) -> Promtool:
+    """What ``promtool check metrics`` says of an exposition."""
     check = subprocess.run([binary("promtool"), "check", "metrics"], input=exposition,
                            capture_output=True, timeout=60)
-    said = [line for line in (check.stdout + check.stderr).decode().splitlines()
-            if line.strip()]
-    return said if check.returncode or said else []
+    said = {line.strip() for line in (check.stdout + check.stderr).decode().splitlines()
+            if line.strip()}
+    return Promtool(check.returncode, said)
+
+
+def accepted_export_lint() -> set[str]:
+    """promtool's lint findings on the fleet exposition, each accepted (docs/prometheus.md):
+    the catalog's names are the public contract. ``ecc_dbe_total`` is a gauge of a count since
+    manufacture; the rates are named ``*_per_s``, an abbreviated unit to promtool."""
+    from agents.protocol import metrics_of
+
+    rates = {f"pitwall_{m.name.replace('.', '_')}" for m in metrics_of("engine")
+             if m.name.endswith("_per_s")}
+    return {'pitwall_gpu_ecc_dbe_total non-counter metrics should not have "_total" suffix',
+            *(f"{name} metric names should not contain abbreviated units" for name in rates)}
