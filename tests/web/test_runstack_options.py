@@ -3,6 +3,7 @@ with --sim-hosts 0 and --celery-loglevel info)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from controlplane.devstack.management.commands.runstack import Command, server_children
@@ -40,3 +41,14 @@ def test_the_server_children_are_web_worker_and_beat_and_no_fleet():
     web = children[0].argv
     assert web[web.index("--port") + 1] == "18999" and web[web.index("--workers") + 1] == "2"
     assert opts["sim_hosts"] == 0
+
+
+def test_the_server_children_share_one_metrics_directory_and_the_fleet_does_not(monkeypatch):
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    children = server_children(options(), Path("/var-dir"))
+    # /metrics sums what every server process counted (docs/prometheus.md); the simulated
+    # fleet, started later from the runner's own environment, must not write there.
+    assert {c.name: c.env.get("PROMETHEUS_MULTIPROC_DIR") for c in children} == {
+        "web": "/var-dir/metrics", "celery-worker": "/var-dir/metrics",
+        "celery-beat": "/var-dir/metrics"}
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
