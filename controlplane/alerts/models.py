@@ -190,4 +190,5 @@ class Silence(models.Model):
 
     def __str__(self) -> str:
         return f"silence {self.id} by {self.author}"
-from controlplane.alerts.delivery.models import Channel, Notification, NotificationGroup, Route  # noqa: E402,F401,I001
+from controlplane.alerts.delivery.models import (  # noqa: E402,F401,I001
+    AlertmanagerFeed, Channel, Notification, NotificationGroup, Route)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.alerts.delivery import service
@@ -185,3 +186,44 @@ def test_the_browsable_api_shows_no_config_either(carol, webhook):
         assert response.status_code == 200
         page = response.content.decode()
         assert SECRET not in page and TOKEN not in page
+
+
+def test_an_alertmanager_api_channel_shows_its_hosts_never_its_token_or_paths(staff):
+    config = {"urls": [f"https://am-1.example.com/{TOKEN}", "http://am-2.example.com:9093"],
+              "resend_s": 30, "bearer_token": SECRET, "external_labels": {"source": "pitwall"}}
+    response = staff.post(URL, {"name": "am", "kind": "alertmanager_api", "config": config},
+                          format="json")
+    assert response.status_code == 201, response.json()
+    assert_no_secret(response)
+    assert response.json()["config_redacted"] == {
+        "resend_s": 30, "external_labels": {"source": "pitwall"},
+        "url_hosts": ["am-1.example.com", "am-2.example.com"], "bearer_token_set": True}
+    assert_no_secret(staff.get(f"{URL}{response.json()['id']}/"))
+
+
+def test_a_bad_alertmanager_url_is_a_400_naming_its_index(staff):
+    config = {"urls": ["http://am-1:9093", "am-2:9093"]}
+    response = staff.post(URL, {"name": "am", "kind": "alertmanager_api", "config": config},
+                          format="json")
+    assert response.status_code == 400
+    assert response.json() == {"config": ["urls[1]: must be an http:// or https:// URL"]}
+
+
+def test_the_old_alertmanager_kind_is_a_400_telling_the_new_names(staff):
+    response = staff.post(URL, {"name": "am", "kind": "alertmanager",
+                                "config": {"url": "https://am.example.com"}}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"kind": [
+        "unknown channel kind 'alertmanager': renamed 'alertmanager_webhook' (Alertmanager's "
+        "webhook payload); 'alertmanager_api' posts to Alertmanager's API"]}
+    assert not Channel.objects.exists()
+
+
+def test_superseded_notifications_can_be_listed_by_state(staff, db):
+    channel = service.create_channel(name="am", kind="alertmanager_api",
+                                     config={"urls": ["https://am.example.com"]})
+    now = timezone.now()
+    Notification.objects.create(channel=channel, status="firing", state="superseded",
+                                give_up_at=now, payload={})
+    rows = staff.get(NOTIFICATIONS, {"state": "superseded"}).json()["results"]
+    assert [r["state"] for r in rows] == ["superseded"]

@@ -1,8 +1,9 @@
 """From the Alert table to Notification rows: route, group, decide, write (docs/notifications.md).
 
 One pass reads every firing alert, the active silences, the routes and the group rows once; it
-writes the group rows and one Notification per channel for each group that sends. Delivery is
-separate (service.deliver): rows written here are the queue.
+writes the group rows and one Notification per channel for each group that sends. Channels
+that talk to an Alertmanager (``FEED_KINDS``) are fed every alert routed to them instead, in the
+same pass (feeds.py). Delivery is separate (service.deliver): rows written here are the queue.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.alerts.delivery.feeds import write_feeds
 from controlplane.alerts.delivery.grouping import Bucket, Outcome, decide
 from controlplane.alerts.delivery.models import Notification, NotificationGroup
 from controlplane.alerts.delivery.routing import Plan, load_plans, plans_for
 from controlplane.alerts.models import Alert, AlertRule, AlertState
 from controlplane.alerts.silences import active_silences, silence_of
+from controlplane.alerts.transports import FEED_KINDS
 from controlplane.alerts.transports import Alert as MessageAlert
 from controlplane.alerts.transports import Notification as Message
 
@@ -82,17 +85,28 @@ def dispatch(now: datetime | None = None) -> list[int]:
                 return []
         plans, default = load_plans()
         silences = list(active_silences(now))
-        buckets = collect(plans, default, silences, now)
-        return write_groups_and_notifications(buckets, plans, default, silences, now)
+        firing = read_firing(now)
+        buckets = collect(plans, default, silences, now, firing)
+        ids = write_groups_and_notifications(buckets, plans, default, silences, now)
+        # Channels that talk to an Alertmanager get every firing alert instead (feeds.py).
+        return ids + write_feeds(plans, default, [m for _, m in firing], now,
+                                 external_url(), now + retry_for())
 
 
-def collect(plans: list[Plan], default: Plan, silences: list, now: datetime) -> dict[str, Bucket]:
-    buckets: dict[str, Bucket] = {}
+def read_firing(now: datetime) -> list[tuple[Firing, MessageAlert]]:
+    """Every firing alert, as read and as a message's alert (one query, plus the rules)."""
     rules = {id_: RuleText(*text) for id_, *text in
              AlertRule.objects.values_list("id", "name", "summary", "description")}
-    for row in Alert.objects.filter(state=AlertState.FIRING).values_list(*Firing._fields):
-        alert = Firing(*row)
-        labels = {k: str(v) for k, v in (alert.labels or {}).items()}
+    return [(alert, message_alert(alert, rules[alert.rule_id], now)) for alert in
+            (Firing(*row) for row in
+             Alert.objects.filter(state=AlertState.FIRING).values_list(*Firing._fields))]
+
+
+def collect(plans: list[Plan], default: Plan, silences: list, now: datetime,
+            firing: list[tuple[Firing, MessageAlert]] | None = None) -> dict[str, Bucket]:
+    buckets: dict[str, Bucket] = {}
+    for alert, message in (read_firing(now) if firing is None else firing):
+        labels = message.labels
         silenced = silence_of(labels, silences) is not None
         for plan in plans_for(labels, plans, default):
             group_labels = plan.group_labels(labels)
@@ -101,7 +115,7 @@ def collect(plans: list[Plan], default: Plan, silences: list, now: datetime) -> 
             if silenced:
                 bucket.muted.add(alert.fingerprint)
                 continue
-            bucket.firing[alert.fingerprint] = message_alert(alert, rules[alert.rule_id], now)
+            bucket.firing[alert.fingerprint] = message
             if alert.acknowledged_at is not None:
                 bucket.acknowledged.add(alert.fingerprint)
     return buckets
@@ -154,7 +168,8 @@ def write_groups_and_notifications(buckets: dict[str, Bucket], plans: list[Plan]
     NotificationGroup.objects.bulk_update(changed, ["first_seen_at", "last_sent_at", "sent"])
     made = Notification.objects.bulk_create(
         [notification(row, plan, outcome, channel, now)
-         for row, plan, outcome in sends for channel in plan.channels])
+         for row, plan, outcome in sends for channel in plan.channels
+         if channel.kind not in FEED_KINDS])  # feeds.py serves those
     return [n.id for n in made]
 
 

@@ -106,6 +106,9 @@ class DeliveryState(models.TextChoices):
     SENT = "sent"
     RETRYING = "retrying"  # failed, another attempt at next_attempt_at
     FAILED = "failed"  # permanent error, channel disabled, or retries given up
+    # Not sent: a newer row of the same feed channel carries the state it would have sent
+    # (an older "firing" posted after a newer "resolved" would reopen the alert).
+    SUPERSEDED = "superseded"
 
 
 # The states a worker may claim; "sending" only once its lease (next_attempt_at) ran out.
@@ -145,3 +148,19 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.uuid} to {self.channel_id} {self.state}"
+
+
+class AlertmanagerFeed(models.Model):
+    """What dispatch last queued for one ``alertmanager_api`` channel (delivery/feeds.py):
+    the alerts posted, firing and recently resolved, and when, so that a change posts at once
+    and an unchanged set is re-posted every ``resend_s``, across restarts."""
+
+    channel = models.OneToOneField(Channel, on_delete=models.CASCADE, primary_key=True,
+                                   related_name="feed")
+    last_posted_at = models.DateTimeField(null=True)
+    # {fingerprint: transports Alert.to_dict()}: firing ones, and resolved ones (with ends_at)
+    # until RESOLVED_RESEND after they resolved.
+    posted = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return f"feed of {self.channel_id}"

@@ -16,6 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane.alerts.delivery.dispatch import external_url, setting
+from controlplane.alerts.delivery.feeds import SUPERSEDED_DETAIL, is_superseded
 from controlplane.alerts.delivery.grouping import alert_from_dict
 from controlplane.alerts.delivery.models import (
     CLAIMABLE,
@@ -89,6 +90,9 @@ def deliver(notification_id: int, now: datetime | None = None) -> Notification |
         finish(row, now, state=DeliveryState.FAILED,
                last_error=f"channel disabled: {channel.disabled_reason}"[:500])
         return row
+    if is_superseded(row):  # a newer post of its feed went or goes out: never undo it
+        finish(row, now, state=DeliveryState.SUPERSEDED, detail=SUPERSEDED_DETAIL)
+        return row
     try:
         result = get_transport(channel.kind).notify(channel.config,
                                                      message_from_payload(row.payload))
@@ -131,6 +135,8 @@ def finish(row: Notification, now: datetime, **fields) -> None:
 
 
 def record(channel: Channel, now: datetime, *, ok: bool, detail: str) -> None:
+    """Every delivery attempt's outcome passes here once: sent (``ok``) or failed, with the
+    channel (and so its ``kind``). Rows never attempted (superseded, channel disabled) don't."""
     Channel.objects.filter(id=channel.id).update(last_attempt_at=now, last_ok=ok,
                                                  last_detail=detail[:500])
 

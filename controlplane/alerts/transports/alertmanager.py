@@ -1,4 +1,7 @@
-"""Alertmanager-compatible webhook: the body Alertmanager's own webhook_config posts.
+"""A webhook in Alertmanager's format: the body Alertmanager's own webhook_config posts.
+
+Kind ``alertmanager_webhook`` (it was ``alertmanager``, which read as if it talked to an
+Alertmanager; ``alertmanager_api`` does that, see alertmanager_api.py).
 
 Field names and layout follow prometheus/alertmanager notify/webhook (``Message``, version "4")
 and template.Data, so receivers written for Alertmanager work unchanged.
@@ -16,8 +19,8 @@ from .message import Alert, Notification, rfc3339
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
-class AlertmanagerTransport(HttpTransport):
-    label = "Alertmanager-compatible webhook"
+class AlertmanagerWebhookTransport(HttpTransport):
+    label = "Webhook in Alertmanager's format"
 
     def validate_config(self, config: dict[str, Any]) -> dict[str, Any]:
         cleaned = super().validate_config(config)

@@ -12,32 +12,42 @@ from rest_framework import serializers
 
 from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.models import CLAIMABLE, Channel, Notification
+from controlplane.alerts.transports import RENAMED_KINDS, TRANSPORT_CHOICES, unknown_kind
 from controlplane.api.serializers.alerts import drf_errors
 from controlplane.api.serializers.fields import ObjectField
 
 # Config keys shown as they are: none of them is a secret. Everything else is left out, except
 # that a URL shows its host only (tokens live in paths and queries) and a secret shows that it
 # is set. An unknown key is never shown: a transport's new key might be a secret.
-PLAIN_KEYS = ("to", "max_alerts")
+PLAIN_KEYS = ("to", "max_alerts", "resend_s", "external_labels")
 
 
 def redacted_config(config: dict[str, Any]) -> dict[str, Any]:
     shown: dict[str, Any] = {key: config[key] for key in PLAIN_KEYS if key in config}
     if isinstance(config.get("url"), str):
         shown["url_host"] = urlsplit(config["url"]).hostname or ""
+    if isinstance(config.get("urls"), list):
+        shown["url_hosts"] = [urlsplit(u).hostname or "" for u in config["urls"]]
     if "secret" in config:
         shown["secret_set"] = bool(config["secret"])
+    if "bearer_token" in config:
+        shown["bearer_token_set"] = bool(config["bearer_token"])
     return shown
 
 
 @extend_schema_field({
     "type": "object",
-    "description": "The config's non-secret parts: to, max_alerts, url_host, secret_set",
+    "description": "The config's non-secret parts: to, max_alerts, resend_s, external_labels, "
+                   "url_host, url_hosts, secret_set, bearer_token_set",
     "properties": {
         "to": {"type": "array", "items": {"type": "string"}},
         "max_alerts": {"type": "integer"},
+        "resend_s": {"type": "integer"},
+        "external_labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "url_host": {"type": "string"},
+        "url_hosts": {"type": "array", "items": {"type": "string"}},
         "secret_set": {"type": "boolean"},
+        "bearer_token_set": {"type": "boolean"},
     },
 })
 class RedactedConfigField(serializers.Field):
@@ -48,11 +58,23 @@ class RedactedConfigField(serializers.Field):
         return redacted_config(value or {})
 
 
+class KindField(serializers.ChoiceField):
+    """The transports' kinds; a renamed one is refused with its new name."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and data in RENAMED_KINDS:
+            raise serializers.ValidationError(unknown_kind(data))
+        return super().to_internal_value(data)
+
+
 class ChannelSerializer(serializers.ModelSerializer):
+    kind = KindField(choices=TRANSPORT_CHOICES)
     config = ObjectField(
         write_only=True,
         help_text="Write-only: never shown again. email: {to}; webhook: {url, secret}; "
-                  "slack: {url}; alertmanager: {url, secret?, max_alerts?}")
+                  "slack: {url}; alertmanager_webhook: {url, secret?, max_alerts?}; "
+                  "alertmanager_api: {urls: [Alertmanager base URLs], resend_s?: 10-600, "
+                  "external_labels?, bearer_token?}")
     config_redacted = RedactedConfigField()
 
     class Meta:

@@ -12,7 +12,7 @@ from tests.alerts.delivery.helpers import SECRET, at, cycle, fire
 
 @pytest.fixture
 def pager(db, receiver, allow_private) -> Channel:
-    return service.create_channel(name="pager", kind="alertmanager",
+    return service.create_channel(name="pager", kind="alertmanager_webhook",
                                   config={"url": receiver.url})
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.alerts.transports import AlertmanagerTransport
+from controlplane.alerts.transports import AlertmanagerWebhookTransport
 from controlplane.alerts.transports.base import ConfigError
 
 ALERT_FIELDS = {
@@ -17,7 +17,7 @@ ALERT_FIELDS = {
 
 
 def deliver(receiver, message, **config):
-    AlertmanagerTransport().notify({"url": receiver.url, **config}, message)
+    AlertmanagerWebhookTransport().notify({"url": receiver.url, **config}, message)
     [request] = receiver.requests
     return request
 
@@ -91,7 +91,7 @@ def test_it_signs_when_the_channel_has_a_secret(receiver, allow_private, message
 @pytest.mark.parametrize("max_alerts", [-1, "10", 1.5, True])
 def test_it_rejects_a_max_alerts_that_is_not_a_whole_number(max_alerts):
     with pytest.raises(ConfigError) as caught:
-        AlertmanagerTransport().validate_config(
+        AlertmanagerWebhookTransport().validate_config(
             {"url": "https://am.example.com/", "max_alerts": max_alerts}
         )
 

@@ -6,7 +6,11 @@ import socket
 
 import pytest
 
-from controlplane.alerts.transports import AlertmanagerTransport, TransportError, WebhookTransport
+from controlplane.alerts.transports import (
+    AlertmanagerWebhookTransport,
+    TransportError,
+    WebhookTransport,
+)
 
 CONFIG = {"secret": "whsec-6c1f0d8a4b2e9f73"}
 
@@ -109,7 +113,7 @@ def test_a_429_passes_on_how_long_the_receiver_asked_to_wait(receiver, allow_pri
 
 def test_an_invalid_config_is_a_permanent_error_naming_the_field(message):
     with pytest.raises(TransportError) as caught:
-        AlertmanagerTransport().notify({"url": "gopher://am.example.com/"}, message)
+        AlertmanagerWebhookTransport().notify({"url": "gopher://am.example.com/"}, message)
 
     assert caught.value.permanent
     assert "url: must be an http:// or https:// URL" in str(caught.value)
