@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -116,7 +116,9 @@ def test_pitwall_alerts_reach_alertmanager_are_grouped_resolved_and_silenced_the
         db, allow_private, alertmanager, receiver):
     channel(alertmanager.url)
     alert = fire("KVCacheFull", "gpu-01", timezone.now())
+    before = timezone.now()
     [row] = pass_now()
+    after = timezone.now()
     assert row.state == DeliveryState.SENT, row.last_error
 
     held = wait_until(lambda: alertmanager.alerts().get("gpu-01"), 30,
@@ -125,6 +127,9 @@ def test_pitwall_alerts_reach_alertmanager_are_grouped_resolved_and_silenced_the
                               "host": "gpu-01", "source": "pitwall"}
     assert held["annotations"]["summary"] == "KVCacheFull on gpu-01"
     assert held["status"]["state"] == "active"
+    # It ends on its own 4 × resend_s (10 s) after the post unless Pitwall re-posts it.
+    ends = datetime.fromisoformat(held["endsAt"])
+    assert before + timedelta(seconds=39) < ends < after + timedelta(seconds=41)
     [firing] = wait_until(lambda: notifications(receiver, "firing"), 30,
                           lambda: f"the receiver got {notifications(receiver)}")
     assert firing["groupLabels"] == {"alertname": "KVCacheFull"}
