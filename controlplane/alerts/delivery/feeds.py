@@ -38,6 +38,10 @@ from controlplane.alerts.transports.alertmanager_api import RESEND_DEFAULT_S
 # Prometheus re-sends a resolved alert for 15 minutes (rules.resolvedRetention).
 RESOLVED_RESEND = timedelta(minutes=15)
 SUPERSEDED_DETAIL = "superseded: a newer post of this feed carries the current alerts"
+# A feed writes a row every resend_s while anything fires, each with every alert: rows sent or
+# superseded longer ago than this are deleted (the newest row holds the current state; a
+# failed one is kept to show why).
+FEED_HISTORY = timedelta(hours=1)
 
 
 @dataclass
@@ -135,6 +139,7 @@ def write_feeds(plans: list[Plan], default: Plan, firing: list[MessageAlert], no
     made = Notification.objects.bulk_create(rows)
     ids = [n.id for n in made]
     supersede({n.channel_id for n in made}, ids)
+    prune({n.channel_id for n in made}, now)
     return ids
 
 
@@ -160,6 +165,18 @@ def supersede(channel_ids: set[int], newest: list[int]) -> int:
                     state__in=[DeliveryState.PENDING, DeliveryState.RETRYING])
             .exclude(id__in=newest)
             .update(state=DeliveryState.SUPERSEDED, detail=SUPERSEDED_DETAIL))
+
+
+def prune(channel_ids: set[int], now: datetime) -> int:
+    """Delete these feed channels' rows sent or superseded before ``FEED_HISTORY`` ago."""
+    if not channel_ids:
+        return 0
+    deleted, _ = (Notification.objects
+                  .filter(channel_id__in=channel_ids, test=False,
+                          state__in=[DeliveryState.SENT, DeliveryState.SUPERSEDED],
+                          created_at__lt=now - FEED_HISTORY)
+                  .delete())
+    return deleted
 
 
 def is_superseded(row: Notification) -> bool:

@@ -196,3 +196,22 @@ def test_a_disabled_feed_channel_posts_the_resolution_it_missed_when_enabled(am,
     service.enable_channel(am)
     cycle(at(30))
     assert posted(receiver)["gpu-01"]["endsAt"] == rfc(at(10))
+
+
+def test_a_feed_keeps_an_hour_of_sent_rows_and_the_failed_ones(am, receiver):
+    fire("KVCacheFull", "gpu-01", at(0))
+    receiver.status = 404  # permanent: the row fails and the channel is switched off
+    [failed] = cycle(at(1))
+    service.enable_channel(am)
+    receiver.status = 200
+    test = service.send_test(am, at(2))
+    now = at(2)
+    while now < at(hours=2):
+        now += timedelta(seconds=20)
+        cycle(now)
+
+    rows = Notification.objects.filter(channel=am, test=False).exclude(id=failed.id)
+    assert rows.count() == 61  # one a minute (resend_s), the last hour's
+    assert min(r.created_at for r in rows) >= now - timedelta(hours=1)
+    assert Notification.objects.get(id=failed.id).state == DeliveryState.FAILED
+    assert Notification.objects.filter(id=test.id).exists()
