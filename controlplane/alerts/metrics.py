@@ -39,14 +39,15 @@ class AlertingNow(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         from controlplane.alerts.delivery.models import CLAIMABLE, Notification
         from controlplane.alerts.models import AlertRule
+        from controlplane.alerts.transports import TRANSPORTS
 
         pending = GaugeMetricFamily(
             "pitwall_notifications_pending", "Notifications not yet delivered (pending, "
             "sending or waiting for a retry), by channel kind", labels=["kind"])
-        waiting = (Notification.objects.filter(state__in=CLAIMABLE)
-                   .values_list("channel__kind").annotate(n=Count("id")))
-        for kind, n in waiting:
-            pending.add_metric([kind], n)
+        waiting = dict(Notification.objects.filter(state__in=CLAIMABLE)
+                       .values_list("channel__kind").annotate(n=Count("id")))
+        for kind in TRANSPORTS:  # every kind, at 0 too: a stuck queue shows from its start
+            pending.add_metric([kind], waiting.get(kind, 0))
         yield pending
         failing = AlertRule.objects.filter(enabled=True).exclude(last_error="").count()
         yield GaugeMetricFamily("pitwall_alert_rules_failing",

@@ -24,6 +24,7 @@ from controlplane.alerts.delivery.models import (
     DeliveryState,
     Notification,
 )
+from controlplane.alerts.metrics import count_attempt
 from controlplane.alerts.transports import Notification as Message
 from controlplane.alerts.transports import (
     TransportError,
@@ -105,12 +106,14 @@ def deliver(notification_id: int, now: datetime | None = None) -> Notification |
         finish(row, now, state=DeliveryState.SENT, sent_at=now, detail=result.detail[:500],
                last_error="")
         record(channel, now, ok=True, detail=result.detail)
+        count_attempt(channel.kind, ok=True)
     return row
 
 
 def failed(row: Notification, exc: TransportError, now: datetime) -> None:
     reason = str(exc)[:500]
     record(row.channel, now, ok=False, detail=reason)
+    count_attempt(row.channel.kind, ok=False, final=exc.permanent or now >= row.give_up_at)
     if exc.permanent:
         finish(row, now, state=DeliveryState.FAILED, last_error=reason)
         if not row.test:  # a failed test shows its error; it does not switch the channel off

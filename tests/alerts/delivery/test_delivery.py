@@ -134,3 +134,32 @@ def test_backoff_doubles_with_jitter_and_is_capped_at_ten_minutes(attempts, low,
     delays = [service.backoff(attempts) for _ in range(50)]
 
     assert all(low <= d <= high for d in delays)
+
+
+def test_attempts_are_counted_for_metrics_by_channel_kind_and_outcome(webhook, receiver):
+    from prometheus_client import REGISTRY
+
+    from controlplane.alerts.metrics import AlertingNow
+
+    def counts() -> dict[str, float]:
+        read = REGISTRY.get_sample_value
+        return {"sent": read("pitwall_notifications_sent_total", {"kind": "webhook"}) or 0,
+                "retry": read("pitwall_notifications_failed_total",
+                              {"kind": "webhook", "outcome": "retry"}) or 0,
+                "final": read("pitwall_notifications_failed_total",
+                              {"kind": "webhook", "outcome": "final"}) or 0}
+
+    def pending() -> dict[str, float]:
+        [family, _] = AlertingNow().collect()
+        return {s.labels["kind"]: s.value for s in family.samples}
+
+    before = counts()
+    receiver.status = 503
+    fire("KVCacheFull")
+    cycle(at(30))
+    assert pending()["webhook"] == 1 and pending()["email"] == 0
+    receiver.status = 200
+    service.deliver_due(at(30) + timedelta(minutes=1))
+    after = counts()
+    assert {k: after[k] - before[k] for k in after} == {"sent": 1, "retry": 1, "final": 0}
+    assert pending()["webhook"] == 0
