@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from controlplane.alerts.delivery.grouping import alert_from_dict
@@ -38,9 +38,8 @@ from controlplane.alerts.transports.alertmanager_api import RESEND_DEFAULT_S
 # Prometheus re-sends a resolved alert for 15 minutes (rules.resolvedRetention).
 RESOLVED_RESEND = timedelta(minutes=15)
 SUPERSEDED_DETAIL = "superseded: a newer post of this feed carries the current alerts"
-# A feed writes a row every resend_s while anything fires, each with every alert: rows sent or
-# superseded longer ago than this are deleted (the newest row holds the current state; a
-# failed one is kept to show why).
+# A feed writes a row every resend_s while anything fires: rows sent or superseded longer ago
+# than this are deleted (a failed one is kept to show why).
 FEED_HISTORY = timedelta(hours=1)
 
 
@@ -145,13 +144,31 @@ def write_feeds(plans: list[Plan], default: Plan, firing: list[MessageAlert], no
 
 def feed_notification(channel: Channel, alerts: list[MessageAlert], now: datetime,
                       external_url: str, give_up_at: datetime) -> Notification:
+    """A post of the feed. Its payload counts the alerts instead of holding them: the feed row
+    holds them (``posted``), and each attempt posts what it holds then (``current``). A row
+    per post with every alert would be megabytes each in a storm, one a minute."""
     status = "firing" if any(a.status == "firing" for a in alerts) else "resolved"
     ident = uuid.uuid4()
     message = Message(id=str(ident), status=status, receiver=channel.name,
-                      group_key=f"feed:{channel.id}", group_labels={}, alerts=alerts,
+                      group_key=f"feed:{channel.id}", group_labels={}, alerts=[],
                       created_at=now, external_url=external_url)
+    firing = sum(a.status == "firing" for a in alerts)
+    payload = {**message.to_dict(), "feed": {"firing": firing, "resolved": len(alerts) - firing}}
     return Notification(uuid=ident, channel=channel, status=status, created_at=now,
-                        next_attempt_at=now, give_up_at=give_up_at, payload=message.to_dict())
+                        next_attempt_at=now, give_up_at=give_up_at, payload=payload)
+
+
+def current(row: Notification, message: Message) -> Message:
+    """``message`` (a feed row's) with the alerts its feed holds now: an attempt always posts
+    the feed's latest state, so a retry never undoes a newer post."""
+    feed = AlertmanagerFeed.objects.filter(channel_id=row.channel_id).first()
+    held = feed.posted if feed is not None else {}
+    order = sorted(held, key=lambda fp: (held[fp]["status"] != "firing", fp))
+    return replace(message, alerts=[alert_from_dict(held[fp]) for fp in order])
+
+
+def is_feed_post(row: Notification) -> bool:
+    return not row.test and row.channel.kind in FEED_KINDS
 
 
 def supersede(channel_ids: set[int], newest: list[int]) -> int:
@@ -181,6 +198,6 @@ def prune(channel_ids: set[int], now: datetime) -> int:
 
 def is_superseded(row: Notification) -> bool:
     """A newer row of the same feed channel exists: sending this one could undo it."""
-    return (not row.test and row.channel.kind in FEED_KINDS
+    return (is_feed_post(row)
             and Notification.objects.filter(channel_id=row.channel_id, test=False,
                                             id__gt=row.id).exists())

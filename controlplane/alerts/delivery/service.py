@@ -16,7 +16,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane.alerts.delivery.dispatch import external_url, setting
-from controlplane.alerts.delivery.feeds import SUPERSEDED_DETAIL, is_superseded
+from controlplane.alerts.delivery.feeds import (
+    SUPERSEDED_DETAIL,
+    current,
+    is_feed_post,
+    is_superseded,
+)
 from controlplane.alerts.delivery.grouping import alert_from_dict
 from controlplane.alerts.delivery.models import (
     CLAIMABLE,
@@ -94,9 +99,11 @@ def deliver(notification_id: int, now: datetime | None = None) -> Notification |
     if is_superseded(row):  # a newer post of its feed went or goes out: never undo it
         finish(row, now, state=DeliveryState.SUPERSEDED, detail=SUPERSEDED_DETAIL)
         return row
+    message = message_from_payload(row.payload)
+    if is_feed_post(row):
+        message = current(row, message)
     try:
-        result = get_transport(channel.kind).notify(channel.config,
-                                                     message_from_payload(row.payload))
+        result = get_transport(channel.kind).notify(channel.config, message)
     except TransportError as exc:
         failed(row, exc, now)
     except Exception as exc:  # a bug must not leave the row claimed until the lease ends

@@ -215,3 +215,22 @@ def test_a_feed_keeps_an_hour_of_sent_rows_and_the_failed_ones(am, receiver):
     assert min(r.created_at for r in rows) >= now - timedelta(hours=1)
     assert Notification.objects.get(id=failed.id).state == DeliveryState.FAILED
     assert Notification.objects.filter(id=test.id).exists()
+
+
+def test_a_post_row_counts_its_alerts_and_each_attempt_posts_what_the_feed_holds(am, receiver):
+    """A row per post holding every alert would weigh megabytes in a storm, one a minute: the
+    feed row holds the alerts, the post row their counts."""
+    for host in ("gpu-01", "gpu-02", "gpu-03"):
+        fire("KVCacheFull", host, at(0))
+    receiver.status = 503  # Alertmanager down: the post waits for a retry
+    [row] = cycle(at(1))
+    assert row.payload["alerts"] == [] and row.payload["feed"] == {"firing": 3, "resolved": 0}
+    # Meanwhile the feed moves on (as dispatch moves it); the retry posts that, not the past.
+    feed = AlertmanagerFeed.objects.get(channel=am)
+    feed.posted = {fp: a for fp, a in feed.posted.items() if a["labels"]["host"] != "gpu-03"}
+    feed.save()
+    receiver.status = 200
+    service.deliver_due(at(1) + timedelta(minutes=1))
+    row.refresh_from_db()
+    assert row.state == DeliveryState.SENT
+    assert posted(receiver).keys() == {"gpu-01", "gpu-02"}
