@@ -182,6 +182,7 @@ def test_the_histogram_window_is_a_parameter(ingest, host_token, reader):
 
     assert count() == 6  # the default 60 s: the newer row only
     assert count(histogram_window_s=30) == 6
+    assert "pitwall_engine_ttft_seconds" not in families(scrape(reader, histogram_window_s=0))
     assert count(histogram_window_s=WINDOW_MAX_S) == 13
     assert "the last 300 s" in families(scrape(reader, histogram_window_s=300))[
         "pitwall_engine_ttft_seconds"].documentation
@@ -244,6 +245,7 @@ def test_shards_split_the_hosts_without_overlap(fleet, reader):
     ({"shard": "2/2"}, "shard"), ({"shard": "0/1025"}, "shard"), ({"shard": "1"}, "shard"),
     ({"shard": "-1/2"}, "shard"), ({"shard": "0/0"}, "shard"),
     ({"histogram_window_s": "4"}, "histogram_window_s"),
+    ({"histogram_window_s": "-1"}, "histogram_window_s"),
     ({"histogram_window_s": "301"}, "histogram_window_s"),
     ({"histogram_window_s": "soon"}, "histogram_window_s"),
     ({"hostname": "h" * 1001}, "hostname"), ({"model": "m" * 301}, "model"),

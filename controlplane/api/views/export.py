@@ -14,8 +14,10 @@ result in the tests.
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
+from itertools import accumulate
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -54,9 +56,16 @@ class ExportQuerySerializer(serializers.Serializer):
         help_text=f"i/n: the hosts whose CRC-32 of the hostname modulo n is i "
                   f"(0 <= i < n <= {export.MAX_SHARDS})")
     histogram_window_s = serializers.IntegerField(
-        required=False, min_value=WINDOW_MIN_S, max_value=WINDOW_MAX_S,
-        help_text="Seconds of per-interval bucket deltas each histogram sums (default: "
-                  "PITWALL_EXPORT_HISTOGRAM_WINDOW_S)")
+        required=False, min_value=0, max_value=WINDOW_MAX_S,
+        help_text=f"Seconds of per-interval bucket deltas each histogram sums, "
+                  f"{WINDOW_MIN_S}-{WINDOW_MAX_S} (default: PITWALL_EXPORT_HISTOGRAM_WINDOW_S); "
+                  f"0 leaves the histograms out (a job for the gauges alone)")
+
+    def validate_histogram_window_s(self, value: int) -> int:
+        if 0 < value < WINDOW_MIN_S:
+            raise serializers.ValidationError(
+                f"is 0 (no histograms) or between {WINDOW_MIN_S} and {WINDOW_MAX_S}")
+        return value
 
     def validate_hostname(self, value: str) -> str:
         problem = glob_problem(value)
@@ -106,7 +115,7 @@ class PrometheusExportView(APIView):
             shard=params.get("shard"))
         window = params.get("histogram_window_s",
                             settings.PITWALL["EXPORT_HISTOGRAM_WINDOW_S"])
-        body = exposition(export.snapshot(selection, window)).encode()
+        body = exposition(export.snapshot(selection, window))
         response = HttpResponse(content_type=CONTENT_TYPE)
         response["Vary"] = "Accept-Encoding"
         if "gzip" in request.META.get("HTTP_ACCEPT_ENCODING", ""):
@@ -137,7 +146,9 @@ def help_text(metric: Metric, window_s: int) -> str:
 
 
 def label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
 
 
 def label_set(labels: dict[str, str]) -> str:
@@ -149,33 +160,52 @@ def _header(name: str, metric: Metric, kind: str, window_s: int) -> str:
     return f"# HELP {name} {help_text(metric, window_s)}\n# TYPE {name} {kind}\n"
 
 
-def exposition(snap: export.Snapshot) -> str:
+def exposition(snap: export.Snapshot) -> bytes:
     """The snapshot as text format 0.0.4. Families without a value are left out; so is every
-    value absent from an entity's newest row (never written as 0)."""
-    out: list[str] = []
+    value absent from an entity's newest row (never written as 0).
+
+    Lines are joined a column at a time, with each entity's label set written once: about
+    0.3 µs a line. Each family is encoded apart: the HELP of one (°C) is not ASCII, and one
+    string of the whole would be stored and encoded at two bytes a character."""
+    out: list[bytes] = []
+    sets: dict[int, str] = {}  # id(labels) -> the label set, for the histograms' engines
     for values in snap.values:
-        sets = ["{" + label_set(labels) + "} " for labels in values.labels]
-        for j, metric in enumerate(values.metrics):
+        braced = []
+        for labels in values.labels:
+            sets[id(labels)] = text = label_set(labels)
+            braced.append("{" + text + "} ")
+        columns = list(zip(*values.rows, strict=True)) if values.rows else []
+        for metric, column in zip(values.metrics, columns, strict=False):
             name = metric_name(metric)
-            lines = [f"{name}{labels}{row[j]}\n"
-                     for labels, row in zip(sets, values.rows, strict=True)
-                     if row[j] is not None]
-            if lines:
-                out.append(_header(name, metric, "gauge", snap.window_s))
-                out.extend(lines)
+            block = "".join([f"{name}{labels}{value}\n"
+                             for labels, value in zip(braced, column, strict=True)
+                             if value is not None])
+            if block:
+                out.append(_header(name, metric, "gauge", snap.window_s).encode())
+                out.append(block.encode())
     for metric, histograms in snap.histograms.items():
         if histograms:
-            out.append(_header(metric_name(metric), metric, "histogram", snap.window_s))
-            out.extend(_histogram_lines(metric_name(metric), h) for h in histograms)
-    return "".join(out)
+            name = metric_name(metric)
+            out.append(_header(name, metric, "histogram", snap.window_s).encode())
+            out.append("".join([_histogram_lines(name, h, sets.get(id(h.labels)))
+                                for h in histograms]).encode())
+    return b"".join(out)
 
 
-def _histogram_lines(name: str, histogram: export.Histogram) -> str:
-    labels = label_set(histogram.labels)
-    lines, total = [], 0
-    for bound, count in zip([*histogram.bounds, float("inf")], histogram.counts, strict=True):
-        total += count
-        lines.append(f'{name}_bucket{{{labels},le="{floatToGoString(bound)}"}} {total}\n')
+def _histogram_lines(name: str, histogram: export.Histogram, labels: str | None) -> str:
+    if labels is None:
+        labels = label_set(histogram.labels)
+    head = f"{name}_bucket{{{labels},le=\""
+    cumulative = list(accumulate(histogram.counts))
+    lines = [f"{head}{le}\"}} {total}\n"
+             for le, total in zip(_les(histogram.bounds), cumulative, strict=True)]
     lines.append(f"{name}_sum{{{labels}}} {floatToGoString(histogram.sum)}\n")
-    lines.append(f"{name}_count{{{labels}}} {total}\n")
+    lines.append(f"{name}_count{{{labels}}} {cumulative[-1]}\n")
     return "".join(lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """The ``le`` values of a layout, +Inf last, as Prometheus' Python client writes them
+    ("0.1", "1.0", "+Inf"): what vLLM's own /metrics says, so a series keeps its name."""
+    return (*(floatToGoString(b) for b in bounds), "+Inf")
