@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.protocol import Entity, Metric, metrics_of
@@ -150,7 +150,11 @@ def snapshot(selection: Selection, window_s: int, now: datetime | None = None) -
 
 def _on_own_connection(read, *args):
     try:
-        return read(*args)
+        with transaction.atomic(), connection.cursor() as cursor:
+            # Beside the main connection's reads, on two cores, parallel workers only add
+            # their start-up and hand-over: 10-20 % more CPU for the same wall time.
+            cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+            return read(*args)
     finally:
         connection.close()  # this thread's connection, back to the pool
 

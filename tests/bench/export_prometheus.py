@@ -240,7 +240,7 @@ def case(server_pid: int, port: int, token: str, repeat: int, query: str = "",
 
 def statements() -> list[tuple[str, list]]:
     from django.conf import settings
-    from django.db import connection
+    from django.db import connection, transaction
 
     from controlplane.telemetry import export
 
@@ -250,7 +250,9 @@ def statements() -> list[tuple[str, list]]:
         seen.append((sql, params))
         return execute(sql, params, many, context)
 
-    with connection.execute_wrapper(record):
+    # In a transaction the histograms are read on this connection too, where the wrapper sees
+    # them (a scrape reads them on a connection of its own, beside the others).
+    with transaction.atomic(), connection.execute_wrapper(record):
         export.snapshot(export.Selection(), settings.PITWALL["EXPORT_HISTOGRAM_WINDOW_S"])
     return seen
 
