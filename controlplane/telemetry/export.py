@@ -1,12 +1,13 @@
 """The fleet's newest values, for the Prometheus exposition (``GET /api/v1/export/prometheus``).
 
-What a scrape reads, and only that: the fleet tables of the selected hosts, then one statement
-per entity table. Gauges and rates are each entity's newest raw row, one backward probe of the
-primary key ``(entity, ts)`` bounded below by the online window (an entity without a row in the
-window is offline and left out); histograms are the per-interval bucket deltas of each engine's
-raw rows in the last ``window_s`` seconds, summed bucket by bucket in PostgreSQL (a range of
-the same primary key). No statement scans history: the bounds prune the daily partitions to
-the newest one or two and the keys are probed one entity at a time.
+What a scrape reads, and only that: the hosts seen lately, then one statement per entity table,
+each joined to its fleet table for the labels. Gauges and rates are each entity's newest raw
+row, one backward probe of the primary key ``(entity, ts)`` bounded below by the online window
+(an entity without a row in the window is offline and left out) and above by the clock skew
+ingest allows; histograms are the per-interval bucket deltas of each engine's raw rows in the
+last ``window_s`` seconds, summed bucket by bucket in PostgreSQL. No statement scans history:
+the bounds prune the daily partitions to the newest one or two (EXPLAINs in
+tests/bench/export_prometheus.py, figures in BENCHMARKS.md).
 
 Values travel as PostgreSQL's text (``::text``): its shortest exact form of a float4 ("45.7",
 not the 45.70000076293945 a float4 widened to a Python float prints) is what the exposition
@@ -102,6 +103,8 @@ class _Engine:
 
 
 def snapshot(selection: Selection, window_s: int, now: datetime | None = None) -> Snapshot:
+    """The newest values of the selected online hosts, GPUs and engines, and the engines'
+    histograms summed over the last ``window_s`` seconds (0: none)."""
     now = now or timezone.now()
     online = now - timedelta(seconds=settings.PITWALL["ONLINE_WINDOW_S"])
     # Ingest refuses samples further ahead than the clock skew allowed: bounding the probes

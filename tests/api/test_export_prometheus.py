@@ -275,6 +275,15 @@ def test_it_is_gzipped_when_the_scraper_asks(fleet, reader):
     assert "pitwall_gpu_util_pct" in gzip.decompress(response.content).decode()
 
 
+def test_it_answers_prometheus_accept_header(fleet, reader):
+    accept = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+              "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+    response = reader.get(URL, HTTP_ACCEPT=accept, HTTP_ACCEPT_ENCODING="gzip")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert families(gzip.decompress(response.content).decode())
+
+
 def test_label_values_are_escaped(ingest, reader):
     token, _ = issue_agent_token('we"ird\\host')
     item = sample(time.time(), hostname="x")
