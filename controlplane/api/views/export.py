@@ -119,7 +119,8 @@ class PrometheusExportView(APIView):
         response = HttpResponse(content_type=CONTENT_TYPE)
         response["Vary"] = "Accept-Encoding"
         if "gzip" in request.META.get("HTTP_ACCEPT_ENCODING", ""):
-            # Level 1: a fifth of level 6's CPU for nearly its ratio on this repetitive text.
+            # Level 1: on 14 MB of GPU lines, 0.02 CPU-s for 449 kB where level 6 took
+            # 0.06 s for 417 kB.
             packer = zlib.compressobj(1, zlib.DEFLATED, 31)
             body = packer.compress(body) + packer.flush()
             response["Content-Encoding"] = "gzip"
