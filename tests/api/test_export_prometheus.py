@@ -328,3 +328,13 @@ def test_promtool_accepts_the_exposition(ingest, host_token, fleet, reader):
                 if line.strip()}
     assert findings <= accepted, done
     assert done.returncode == (3 if findings else 0)  # 3: lint findings only; 1: an error
+
+
+def test_it_is_in_the_openapi_schema(db):
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    operation = schema["paths"]["/api/v1/export/prometheus"]["get"]
+    assert list(operation["responses"]["200"]["content"]) == ["text/plain; version=0.0.4"]
+    assert {p["name"] for p in operation["parameters"]} == {
+        "hostname", "model", "deployment", "shard", "histogram_window_s"}
