@@ -4,10 +4,12 @@ What a scrape reads, and only that: the hosts seen lately, then one statement pe
 each joined to its fleet table for the labels. Gauges and rates are each entity's newest raw
 row, one backward probe of the primary key ``(entity, ts)`` bounded below by the online window
 (an entity without a row in the window is offline and left out) and above by the clock skew
-ingest allows; histograms are the per-interval bucket deltas of each engine's raw rows in the
-last ``window_s`` seconds, summed bucket by bucket in PostgreSQL. No statement scans history:
-the bounds prune the daily partitions to the newest one or two (EXPLAINs in
-tests/bench/export_prometheus.py, figures in BENCHMARKS.md).
+ingest allows. Histograms come, by default, from each engine's newest row of the 1-minute
+rollups (one probe of that table's primary key: a minute already summed, 1.5-2.5 minutes old);
+asked for a window, they are the per-interval bucket deltas of each engine's raw rows in the
+last ``window_s`` seconds, summed bucket by bucket in PostgreSQL, which costs the scrape about
+as much again as everything else (BENCHMARKS.md). No statement scans history: the bounds prune
+the daily partitions to the newest one or two (EXPLAINs in tests/bench/export_prometheus.py).
 
 Values travel as PostgreSQL's text (``::text``): its shortest exact form of a float4 ("45.7",
 not the 45.70000076293945 a float4 widened to a Python float prints) is what the exposition
@@ -29,6 +31,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.protocol import Entity, Metric, metrics_of
+from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
 from controlplane.telemetry.schema import TABLES, column_for
 
 # Ingest refreshes a host's last_seen at most every few seconds, so the fleet rows are
@@ -86,11 +89,32 @@ class Histogram:
     sum: float
 
 
+@dataclass(frozen=True)
+class HistogramSource:
+    """Where a scrape's histograms come from: ``minute``, each engine's newest minute of the
+    1-minute rollups; ``window``, its raw rows of the last ``window_s`` seconds; ``none``."""
+
+    kind: str = "minute"
+    window_s: int = 0
+
+    @property
+    def over(self) -> str:
+        """What the histograms cover, for their HELP."""
+        if self.kind == "window":
+            return f"the last {self.window_s} s of observations"
+        return "the observations of the newest minute the 1-minute rollups hold (1.5-2.5 min ago)"
+
+
+MINUTE = HistogramSource()
+# The newest rolled-up minute older than this is left out: its engine stopped, or the rollups.
+MINUTE_STALE = timedelta(minutes=5)
+
+
 @dataclass
 class Snapshot:
     values: list[Values]
     histograms: dict[Metric, list[Histogram]]
-    window_s: int
+    source: HistogramSource
 
 
 @dataclass
@@ -102,9 +126,10 @@ class _Engine:
     values: tuple[str | None, ...] | None  # None: no row in the online window
 
 
-def snapshot(selection: Selection, window_s: int, now: datetime | None = None) -> Snapshot:
+def snapshot(selection: Selection, source: HistogramSource = MINUTE,
+             now: datetime | None = None) -> Snapshot:
     """The newest values of the selected online hosts, GPUs and engines, and the engines'
-    histograms summed over the last ``window_s`` seconds (0: none)."""
+    histograms from ``source``."""
     now = now or timezone.now()
     online = now - timedelta(seconds=settings.PITWALL["ONLINE_WINDOW_S"])
     # Ingest refuses samples further ahead than the clock skew allowed: bounding the probes
@@ -119,19 +144,20 @@ def snapshot(selection: Selection, window_s: int, now: datetime | None = None) -
     narrowed = selection.model is not None or selection.deployment is not None
     if narrowed:
         hosts = {h: name for h, name in hosts.items() if h in {e.host_id for e in engines}}
-    window = (now - timedelta(seconds=window_s), now)
-    # The histograms (the costliest statement) are summed on a connection of their own, in a
-    # thread, while this one reads the GPUs and hosts: PostgreSQL works on two cores. Only
+    summing = {e.id: e.labels for e in engines} if source.kind != "none" else {}
+    if source.kind == "window":
+        read, bounds = _histograms, (now - timedelta(seconds=source.window_s), now)
+    else:
+        read, bounds = _minute_histograms, (now - MINUTE_STALE, now)
+    # A window's histograms (the costliest statement) are summed on a connection of their own,
+    # in a thread, while this one reads the GPUs and hosts: PostgreSQL works on two cores. Only
     # outside a caller's transaction, whose rows another connection would not see.
-    # A window of 0 leaves the histograms out.
-    summing = {e.id: e.labels for e in engines} if window_s > 0 else {}
-    apart = bool(summing) and not connection.in_atomic_block
+    apart = source.kind == "window" and bool(summing) and not connection.in_atomic_block
     with ThreadPoolExecutor(1) as pool:
-        summed = pool.submit(_on_own_connection, _histograms, summing, *window) \
-            if apart else None
+        summed = pool.submit(_on_own_connection, read, summing, *bounds) if apart else None
         gpus = _gpus(hosts, span)
         hosts_read = _host_rows(hosts, span)
-        histograms = summed.result() if summed is not None else _histograms(summing, *window)
+        histograms = summed.result() if summed is not None else read(summing, *bounds)
     if narrowed:
         gpus = _used_by(engines, gpus)
     host_values = Values("host", scalar_metrics("host"))
@@ -148,7 +174,7 @@ def snapshot(selection: Selection, window_s: int, now: datetime | None = None) -
         if engine.values is not None:
             engine_values.labels.append(engine.labels)
             engine_values.rows.append(engine.values)
-    return Snapshot([host_values, gpu_values, engine_values], histograms, window_s)
+    return Snapshot([host_values, gpu_values, engine_values], histograms, source)
 
 
 def _on_own_connection(read, *args):
@@ -245,6 +271,32 @@ def _used_by(engines: list[_Engine], gpus: list[tuple]) -> list[tuple]:
 def layouts() -> dict[int, tuple[float, ...]]:
     """Every histogram layout's bounds (a small table: capped per host, shared between hosts)."""
     return {i: tuple(b) for i, b in _rows("SELECT id, bounds FROM telemetry_histogramlayout", [])}
+
+
+def _minute_histograms(engines: dict[int, dict[str, str]], lo: datetime,
+                       hi: datetime) -> dict[Metric, list[Histogram]]:
+    """Per histogram metric, each engine's counts in its newest 1-minute rollup row between
+    ``lo`` and ``hi``: one backward probe of the rollup table's primary key per engine, the
+    minute's buckets already summed by the rollup task (1,000 rows where a 60-s raw window
+    sums 60,000)."""
+    metrics = histogram_metrics("engine")
+    out: dict[Metric, list[Histogram]] = {m: [] for m in metrics}
+    if not engines or not metrics:
+        return out
+    table = ROLLUPS["1m"]["engine"]
+    cols = ", ".join(f"{m.key}_layout, {m.key}_counts, {m.key}_sum" for m in metrics)
+    rows = _rows(
+        f"SELECT e.id, r.* FROM unnest(%s::int4[]) AS e(id) CROSS JOIN LATERAL "
+        f"(SELECT {cols} FROM {table.name} WHERE engine_id = e.id AND ts >= %s AND ts <= %s "
+        f"ORDER BY ts DESC LIMIT 1) r", [_ids(engines), lo, hi])
+    bounds = layouts()
+    for row in rows:
+        for j, m in enumerate(metrics):
+            layout, counts, total = row[1 + 3 * j:4 + 3 * j]
+            lay = bounds.get(layout)
+            if lay is not None and counts is not None:
+                out[m].append(Histogram(engines[row[0]], lay, counts, total or 0.0))
+    return out
 
 
 def _histograms(engines: dict[int, dict[str, str]], lo: datetime,

@@ -7,9 +7,7 @@ Samples go in through the real ingest app; the exposition is read back with
 from __future__ import annotations
 
 import gzip
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -22,11 +20,11 @@ from controlplane.fleet.models import Deployment, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from controlplane.telemetry.export import shard_of
 from tests.support.clients import bearer_client
+from tests.support.prometheus import accepted_export_lint, promtool_check
 from tests.support.roles import user_with_role
 from tests.telemetry.factories import batch, sample
 
 URL = "/api/v1/export/prometheus"
-PROMTOOL = Path("/usr/bin/promtool")
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 OTHER_MODEL = "Qwen/Qwen3-32B"
 
@@ -147,7 +145,7 @@ def test_offline_entities_and_absent_metrics_are_left_out(fleet, reader):
 
 
 def test_histograms_are_cumulative_buckets_summed_over_the_window(fleet, reader):
-    text = scrape(reader)
+    text = scrape(reader, histograms="window")
     family = families(text)["pitwall_engine_ttft_seconds"]
     assert family.type == "histogram"
     assert "the last 60 s" in family.documentation
@@ -180,11 +178,32 @@ def test_the_histogram_window_is_a_parameter(ingest, host_token, reader):
         return samples_of(scrape(reader, **params), "pitwall_engine_ttft_seconds_count")[
             (("engine", "vllm:8000/0"), ("hostname", "gpu-node-1"), ("model", MODEL))]
 
-    assert count() == 6  # the default 60 s: the newer row only
-    assert count(histogram_window_s=30) == 6
-    assert "pitwall_engine_ttft_seconds" not in families(scrape(reader, histogram_window_s=0))
+    assert count(histograms="window") == 6  # the default 60 s: the newer row only
+    assert count(histogram_window_s=30) == 6  # a window alone asks for one
+    assert "pitwall_engine_ttft_seconds" not in families(scrape(reader, histograms="none"))
     assert count(histogram_window_s=WINDOW_MAX_S) == 13
     assert "the last 300 s" in families(scrape(reader, histogram_window_s=300))[
+        "pitwall_engine_ttft_seconds"].documentation
+
+
+def test_by_default_the_histograms_are_the_newest_rolled_up_minute(ingest, host_token, reader):
+    from controlplane.telemetry.rollups import refresh
+
+    minute = (time.time() // 60 - 2) * 60  # a minute that ended over a minute ago
+    first, second, now = sample(minute + 10), sample(minute + 40), sample(time.time() - 1)
+    second["engines"][0]["ttft_seconds"]["counts"] = [0, 0, 0, 5]
+    now["engines"][0]["ttft_seconds"]["counts"] = [9, 0, 0, 0]  # not rolled up yet
+    post_samples(ingest, host_token, "gpu-node-1", [first, second, now])
+    engine = (("engine", "vllm:8000/0"), ("hostname", "gpu-node-1"), ("model", MODEL))
+    assert "pitwall_engine_ttft_seconds" not in families(scrape(reader))  # nothing rolled up
+    refresh.run()
+    text = scrape(reader)
+    buckets = samples_of(text, "pitwall_engine_ttft_seconds_bucket")
+    # the minute's two rows, [3, 2, 1, 0] + [0, 0, 0, 5], cumulative; the newest row is not in
+    assert {dict(k)["le"]: v for k, v in buckets.items()} == {
+        "0.1": 3, "0.5": 5, "1.0": 6, "+Inf": 11}
+    assert samples_of(text, "pitwall_engine_ttft_seconds_count") == {engine: 11}
+    assert "newest minute the 1-minute rollups hold" in families(text)[
         "pitwall_engine_ttft_seconds"].documentation
 
 
@@ -194,7 +213,8 @@ def test_a_layout_change_inside_the_window_keeps_the_layout_with_most_observatio
     a, b, c = sample(now - 3), sample(now - 2), sample(now - 1)
     a["engines"][0]["ttft_seconds"] = {"le": [0.2, 2.0], "counts": [1, 1, 0], "sum": 1.0}
     post_samples(ingest, host_token, "gpu-node-1", [a, b, c])  # b and c: [0.1, 0.5, 1.0]
-    buckets = samples_of(scrape(reader), "pitwall_engine_ttft_seconds_bucket")
+    buckets = samples_of(scrape(reader, histograms="window"),
+                         "pitwall_engine_ttft_seconds_bucket")
     assert {dict(k)["le"]: v for k, v in buckets.items()} == {
         "0.1": 6, "0.5": 10, "1.0": 12, "+Inf": 12}
 
@@ -248,6 +268,9 @@ def test_shards_split_the_hosts_without_overlap(fleet, reader):
     ({"histogram_window_s": "-1"}, "histogram_window_s"),
     ({"histogram_window_s": "301"}, "histogram_window_s"),
     ({"histogram_window_s": "soon"}, "histogram_window_s"),
+    ({"histogram_window_s": "0"}, "histogram_window_s"),
+    ({"histograms": "hourly"}, "histograms"),
+    ({"histograms": "minute", "histogram_window_s": "30"}, "histogram_window_s"),
     ({"hostname": "h" * 1001}, "hostname"), ({"model": "m" * 301}, "model"),
     ({"deployment": "d" * 101}, "deployment"),
 ])
@@ -309,25 +332,16 @@ def every_metric(ts: float) -> dict:
     return item
 
 
-@pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool is not installed")
 def test_promtool_accepts_the_exposition(ingest, host_token, fleet, reader):
     post_samples(ingest, host_token, "gpu-node-1", [every_metric(time.time())])
-    text = scrape(reader)
+    text = scrape(reader, histograms="window")
     exported = {m.name for e in ("host", "gpu", "engine") for m in metrics_of(e) if not m.array}
     assert {f"pitwall_{name.replace('.', '_')}" for name in exported} == set(families(text))
-    done = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, text=True,
-                          capture_output=True, timeout=60)
-    # promtool's lint findings, each accepted (docs/prometheus.md): the catalog's names are
-    # the public contract. ecc_dbe_total is a gauge of a count since manufacture; the rates
-    # are named *_per_s, an abbreviated unit to promtool.
-    rates = {f"pitwall_{m.name.replace('.', '_')}" for m in metrics_of("engine")
-             if m.name.endswith("_per_s")}
-    accepted = {'pitwall_gpu_ecc_dbe_total non-counter metrics should not have "_total" suffix',
-                *(f"{name} metric names should not contain abbreviated units" for name in rates)}
-    findings = {line.strip() for line in (done.stdout + done.stderr).splitlines()
-                if line.strip()}
-    assert findings <= accepted, done
-    assert done.returncode == (3 if findings else 0)  # 3: lint findings only; 1: an error
+    check = promtool_check(text.encode())
+    # 3: lint findings only (1 would be an error), each accepted: the catalog's names are the
+    # public contract (docs/prometheus.md).
+    assert check.returncode == (3 if check.findings else 0), check
+    assert check.findings <= accepted_export_lint()
 
 
 def test_it_is_in_the_openapi_schema(db):
@@ -337,4 +351,4 @@ def test_it_is_in_the_openapi_schema(db):
     operation = schema["paths"]["/api/v1/export/prometheus"]["get"]
     assert list(operation["responses"]["200"]["content"]) == ["text/plain; version=0.0.4"]
     assert {p["name"] for p in operation["parameters"]} == {
-        "hostname", "model", "deployment", "shard", "histogram_window_s"}
+        "hostname", "model", "deployment", "shard", "histograms", "histogram_window_s"}

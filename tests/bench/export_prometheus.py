@@ -12,14 +12,14 @@ with binary COPY in time order as ingest writes them. Rows after now keep the fl
 while the scrapes run; the histogram window (now - 60 s, now] always holds 60 rows per
 engine, as a live fleet reporting every second.
 
-Scrapes: a real server (uvicorn, the production ASGI app) answers the endpoint with a
-read-only API token, ``--repeat`` times one after the other: plain and gzip-encoded (as
-Prometheus asks), with 15-s histogram windows and without histograms, and a quarter of the
-hosts with ``shard=0/4``. Per case: body size, series,
-p50/p95 wall time at the client, and CPU-s per scrape of the server process and of the bench
-database's PostgreSQL backends (with the shared WAL writer and checkpointer, and the
-parallel workers a statement starts, read every 5 ms while they live), from the CPU they
-used over all the case's scrapes.
+Scrapes: a real server (uvicorn, the production ASGI app) answers the endpoint with a read-only
+API token, ``--repeat`` times one after the other: plain and gzip-encoded (as Prometheus asks),
+with histograms of 60-s and 15-s raw windows instead of the newest rolled-up minute, without
+histograms, and a quarter of the hosts with ``shard=0/4``. Per case: body size, series, p50/p95
+wall time at the client, and CPU-s per scrape of the server process and of the bench database's
+PostgreSQL backends (with the shared WAL writer and checkpointer, and the parallel workers a
+statement starts, read every 5 ms while they live), from the CPU they used over all the case's
+scrapes.
 
 Then, in this process: the statements one scrape runs, each with ``EXPLAIN (ANALYZE,
 BUFFERS)`` (the plan must probe the primary key, not scan), and the CPU of reading the
@@ -49,10 +49,11 @@ from tests.bench.history import relay
 GPUS_PER_HOST = 8
 MODELS = ("meta-llama/Llama-3.1-70B-Instruct", "Qwen/Qwen3-32B")
 TARGET_MS, TARGET_CPU_S = 250, 0.25
-# (query, Accept-Encoding): the default scrape, as Prometheus sends it (gzip), shorter and no
-# histogram windows, and a quarter of the hosts.
-CASES = (("", None), ("", "gzip"), ("?histogram_window_s=15", None),
-         ("?histogram_window_s=0", None), ("?shard=0/4", None))
+# (query, Accept-Encoding): the default scrape (histograms of the newest rolled-up minute),
+# as Prometheus sends it (gzip), histograms of 60-s and 15-s raw windows, none, and a quarter
+# of the hosts.
+CASES = (("", None), ("", "gzip"), ("?histograms=window", None),
+         ("?histogram_window_s=15", None), ("?histograms=none", None), ("?shard=0/4", None))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -252,8 +253,10 @@ def statements() -> list[tuple[str, list]]:
 
     # In a transaction the histograms are read on this connection too, where the wrapper sees
     # them (a scrape reads them on a connection of its own, beside the others).
+    window = export.HistogramSource("window", settings.PITWALL["EXPORT_HISTOGRAM_WINDOW_S"])
     with transaction.atomic(), connection.execute_wrapper(record):
-        export.snapshot(export.Selection(), settings.PITWALL["EXPORT_HISTOGRAM_WINDOW_S"])
+        export.snapshot(export.Selection())  # the default: histograms of the newest minute
+        export.snapshot(export.Selection(), window)  # ...and of a raw window
     return seen
 
 
@@ -287,16 +290,14 @@ def explain(sql: str, params: list) -> dict:
 
 
 def in_process(repeat: int) -> dict:
-    from django.conf import settings
 
     from controlplane.api.views.export import exposition
     from controlplane.telemetry import export
 
-    window = settings.PITWALL["EXPORT_HISTOGRAM_WINDOW_S"]
     read, write = [], []
     for _ in range(repeat):
         t0 = time.process_time()
-        snap = export.snapshot(export.Selection(), window)
+        snap = export.snapshot(export.Selection())
         t1 = time.process_time()
         exposition(snap)
         write.append(time.process_time() - t1)
@@ -338,6 +339,11 @@ def main(argv=None) -> int:
         report["load"] = load_rows(fleet, now - int(args.minutes * 60), now + args.ahead, dsn)
         print(f"  {report['load']}", flush=True)
     Host.objects.update(last_seen=datetime.now(UTC))
+    # The 1-minute rollups of the rows before now, as the rollup task keeps them: the default
+    # scrape's histograms are their newest minute.
+    from controlplane.telemetry.rollups import refresh
+
+    report["rollups"] = refresh.catch_up()
     user, _ = get_user_model().objects.get_or_create(username="bench-export")
     assign_role(user, "viewer")
     token = issue_api_token(user.username, name="bench", scope="read")

@@ -33,6 +33,9 @@ scrape_configs:
       - targets: ["127.0.0.1:{port}"]
   - job_name: pitwall-fleet
     metrics_path: /api/v1/export/prometheus
+    # Histograms of the last 60 s of raw rows: the default, the newest rolled-up minute, would
+    # need the rollup task and minutes (tests/api/test_export_prometheus.py covers it).
+    params: {{histograms: [window]}}
     authorization:
       credentials_file: {token_file}
     static_configs:
@@ -88,8 +91,9 @@ def test_prometheus_scrapes_the_fleet_and_pitwalls_own_health(fleet):
     wait_until(lambda: value(prometheus, "count(pitwall_gpu_util_pct)") == gpus, 90,
                lambda: f"GPUs seen by Prometheus: {prometheus.query('count(pitwall_gpu_util_pct)')}"
                        f"; targets: {prometheus.targets()}")
-    assert {t: h["health"] for t, h in prometheus.targets().items()} == {
-        "pitwall": "up", "pitwall-fleet": "up"}
+    # Each job's first scrape comes at its own offset within the interval: wait for both.
+    wait_until(lambda: {t: h["health"] for t, h in prometheus.targets().items()} == {
+        "pitwall": "up", "pitwall-fleet": "up"}, 30, lambda: f"targets: {prometheus.targets()}")
     by_host = {r["metric"]["hostname"]: float(r["value"][1]) for r in prometheus.query(
         "count by (hostname) (pitwall_gpu_util_pct)")}
     assert by_host == {h: float(n) for h, n in HOSTS.items()}

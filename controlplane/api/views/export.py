@@ -1,7 +1,7 @@
 """``GET /api/v1/export/prometheus``: the fleet as a Prometheus target (docs/prometheus.md).
 
 The newest value of every catalog metric of every online host, GPU and engine, and each
-engine's latency histograms over a recent window, in the text exposition format 0.0.4. The
+engine's latency histograms over a recent minute, in the text exposition format 0.0.4. The
 reads are ``controlplane.telemetry.export``'s; this module checks the parameters and writes
 the text.
 
@@ -55,17 +55,28 @@ class ExportQuerySerializer(serializers.Serializer):
         required=False, max_length=9,
         help_text=f"i/n: the hosts whose CRC-32 of the hostname modulo n is i "
                   f"(0 <= i < n <= {export.MAX_SHARDS})")
+    histograms = serializers.ChoiceField(
+        choices=["minute", "window", "none"], required=False,
+        help_text="Where the engine latency histograms come from: minute (the default), each "
+                  "engine's newest minute of the 1-minute rollups, 1.5-2.5 min old and cheap; "
+                  "window, its raw observations of the last histogram_window_s seconds, fresh "
+                  "and about twice the scrape's cost; none, no histograms")
     histogram_window_s = serializers.IntegerField(
-        required=False, min_value=0, max_value=WINDOW_MAX_S,
-        help_text=f"Seconds of per-interval bucket deltas each histogram sums, "
-                  f"{WINDOW_MIN_S}-{WINDOW_MAX_S} (default: PITWALL_EXPORT_HISTOGRAM_WINDOW_S); "
-                  f"0 leaves the histograms out (a job for the gauges alone)")
+        required=False, min_value=WINDOW_MIN_S, max_value=WINDOW_MAX_S,
+        help_text=f"With histograms=window (implied when given alone): the seconds of "
+                  f"observations each histogram sums, {WINDOW_MIN_S}-{WINDOW_MAX_S} (default: "
+                  f"PITWALL_EXPORT_HISTOGRAM_WINDOW_S)")
 
-    def validate_histogram_window_s(self, value: int) -> int:
-        if 0 < value < WINDOW_MIN_S:
+    def validate(self, attrs: dict) -> dict:
+        kind = attrs.get("histograms")
+        if kind is None:
+            kind = "window" if "histogram_window_s" in attrs else "minute"
+        elif "histogram_window_s" in attrs and kind != "window":
             raise serializers.ValidationError(
-                f"is 0 (no histograms) or between {WINDOW_MIN_S} and {WINDOW_MAX_S}")
-        return value
+                {"histogram_window_s": [f"applies to histograms=window, not {kind}"]})
+        window = attrs.get("histogram_window_s", settings.PITWALL["EXPORT_HISTOGRAM_WINDOW_S"])
+        attrs["source"] = export.HistogramSource(kind, window if kind == "window" else 0)
+        return attrs
 
     def validate_hostname(self, value: str) -> str:
         problem = glob_problem(value)
@@ -94,8 +105,9 @@ class PrometheusExportView(APIView):
             "(reported within the online window), named pitwall_<catalog name with dots as "
             "underscores>, labelled hostname; GPUs add gpu_uuid and gpu_index, engines engine, "
             "model and deployment. Rates are per-second values already. Engine latency "
-            "histograms sum the per-interval bucket deltas of the last histogram_window_s "
-            "seconds: windowed, not counters (use histogram_quantile without rate()). Filters "
+            "histograms hold the observations of one minute (the newest the 1-minute rollups "
+            "hold), or with histograms=window those of the last histogram_window_s seconds: "
+            "windowed, not counters (use histogram_quantile without rate()). Filters "
             "narrow a scrape for sharding: hostname glob, model, deployment, shard=i/n."),
         parameters=[ExportQuerySerializer],
         responses={
@@ -113,9 +125,7 @@ class PrometheusExportView(APIView):
             hostname=(lambda name: glob_match(glob, name)) if glob is not None else None,
             model=params.get("model"), deployment=params.get("deployment"),
             shard=params.get("shard"))
-        window = params.get("histogram_window_s",
-                            settings.PITWALL["EXPORT_HISTOGRAM_WINDOW_S"])
-        body = exposition(export.snapshot(selection, window))
+        body = exposition(export.snapshot(selection, params["source"]))
         response = HttpResponse(content_type=CONTENT_TYPE)
         response["Vary"] = "Accept-Encoding"
         if "gzip" in request.META.get("HTTP_ACCEPT_ENCODING", ""):
@@ -134,10 +144,9 @@ def metric_name(metric: Metric) -> str:
     return PREFIX + metric.name.replace(".", "_")
 
 
-def help_text(metric: Metric, window_s: int) -> str:
+def help_text(metric: Metric, source: export.HistogramSource) -> str:
     if metric.kind == "histogram":
-        note = (f"{metric.unit}; the last {window_s} s of per-interval observations, not a "
-                f"counter: no rate()")
+        note = f"{metric.unit}; {source.over}, not a counter: no rate()"
     elif metric.kind == "rate":
         note = f"{metric.unit}; a per-second rate already: no rate()"
     else:
@@ -157,8 +166,8 @@ def label_set(labels: dict[str, str]) -> str:
     return ",".join(f'{name}="{label_value(value)}"' for name, value in labels.items())
 
 
-def _header(name: str, metric: Metric, kind: str, window_s: int) -> str:
-    return f"# HELP {name} {help_text(metric, window_s)}\n# TYPE {name} {kind}\n"
+def _header(name: str, metric: Metric, kind: str, source: export.HistogramSource) -> str:
+    return f"# HELP {name} {help_text(metric, source)}\n# TYPE {name} {kind}\n"
 
 
 def exposition(snap: export.Snapshot) -> bytes:
@@ -182,12 +191,12 @@ def exposition(snap: export.Snapshot) -> bytes:
                              for labels, value in zip(braced, column, strict=True)
                              if value is not None])
             if block:
-                out.append(_header(name, metric, "gauge", snap.window_s).encode())
+                out.append(_header(name, metric, "gauge", snap.source).encode())
                 out.append(block.encode())
     for metric, histograms in snap.histograms.items():
         if histograms:
             name = metric_name(metric)
-            out.append(_header(name, metric, "histogram", snap.window_s).encode())
+            out.append(_header(name, metric, "histogram", snap.source).encode())
             out.append("".join([_histogram_lines(name, h, sets.get(id(h.labels)))
                                 for h in histograms]).encode())
     return b"".join(out)
