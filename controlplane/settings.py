@@ -284,9 +284,10 @@ PITWALL = {
     # ingest process re-reads which groups browsers watch this often (docs/live.md).
     "LIVE_FLEET_INTERVAL_MS": envint("PITWALL_LIVE_FLEET_INTERVAL_MS", 1000, minimum=0),
     "LIVE_INTEREST_REFRESH_MS": envint("PITWALL_LIVE_INTEREST_REFRESH_MS", 1000, minimum=10),
-    # The fleet exposition (/api/v1/export/prometheus, docs/prometheus.md): each engine latency
-    # histogram sums the bucket deltas of this many recent seconds (a scrape may ask for 5-300
-    # with ?histogram_window_s=); about the scrape interval or a little more.
+    # The fleet exposition (/api/v1/export/prometheus, docs/prometheus.md) with
+    # histograms=window: each engine latency histogram sums the raw bucket deltas of this many
+    # recent seconds (a scrape may ask for 5-300 with ?histogram_window_s=); about the scrape
+    # interval or a little more. The default, histograms=minute, reads the 1-minute rollups.
     "EXPORT_HISTOGRAM_WINDOW_S": envint("PITWALL_EXPORT_HISTOGRAM_WINDOW_S", 60, minimum=5),
     # Alerts (docs/alerts.md): rules are evaluated every ALERT_EVAL_INTERVAL_S; the default
     # pack's TTFT p99 rule fires above ALERT_TTFT_P99_OBJECTIVE_MS (read when the pack loads).
