@@ -28,19 +28,17 @@ def get_json(url: str, timeout: float = 5) -> dict:
         return json.loads(reply.read())
 
 
-class PrometheusServer:
-    """A Prometheus scraping what ``config`` (a prometheus.yml as text) names."""
+class Daemon:
+    """One of the two programs on a free port, its files in ``workdir``, once ``/-/ready``
+    answers; ``argv`` gets the listen address appended."""
 
-    def __init__(self, workdir: Path, config: str) -> None:
+    def __init__(self, name: str, argv: list[str], workdir: Path) -> None:
+        self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "prometheus.yml").write_text(config)
-        self.process = Process(
-            [binary("prometheus"), f"--config.file={workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"], log=workdir / "prometheus.log")
-        wait_until(self._ready, 60, lambda: f"prometheus did not start:\n"
+        self.process = Process([*argv, f"--web.listen-address=127.0.0.1:{self.port}"],
+                               log=workdir / f"{name}.log")
+        wait_until(self._ready, 60, lambda: f"{name} did not start:\n"
                                             f"{self.process.output()[-3000:]}")
 
     def _ready(self) -> bool:
@@ -50,8 +48,22 @@ class PrometheusServer:
         except OSError:
             if self.process.proc.poll() is not None:
                 raise AssertionError(
-                    f"prometheus exited:\n{self.process.output()[-3000:]}") from None
+                    f"{self.name} exited:\n{self.process.output()[-3000:]}") from None
             return False
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class PrometheusServer(Daemon):
+    """A Prometheus scraping what ``config`` (a prometheus.yml as text) names."""
+
+    def __init__(self, workdir: Path, config: str) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "prometheus.yml").write_text(config)
+        super().__init__("prometheus", [
+            binary("prometheus"), f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}"], workdir)
 
     def query(self, promql: str) -> list[dict]:
         """The instant vector ``promql`` gives now: [{"metric": {...}, "value": [t, "v"]}]."""
@@ -64,9 +76,6 @@ class PrometheusServer:
         """job -> its first active target (health, lastError)."""
         active = get_json(f"{self.url}/api/v1/targets")["data"]["activeTargets"]
         return {t["labels"]["job"]: t for t in active}
-
-    def stop(self) -> None:
-        self.process.stop()
 
 
 class Promtool(NamedTuple):

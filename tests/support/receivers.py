@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -63,15 +64,24 @@ def handler_for(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
+@contextmanager
+def serving(path: str = "/hook") -> Iterator[Receiver]:
+    """A receiver on a free loopback port; its ``url`` ends in ``path``."""
     rec = Receiver(url="")
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(rec))
-    rec.url = f"http://127.0.0.1:{server.server_port}/hook"
+    rec.url = f"http://127.0.0.1:{server.server_port}{path}"
     threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-    yield rec
-    server.shutdown()
-    server.server_close()
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with serving() as rec:
+        yield rec
 
 
 @pytest.fixture

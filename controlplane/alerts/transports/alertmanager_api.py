@@ -140,10 +140,7 @@ class AlertmanagerApiTransport(HttpTransport):
         return [postable_alert(a, config, now, message.test) for a in message.alerts]
 
     def notify(self, channel_config: dict[str, Any], message: Notification) -> DeliveryResult:
-        try:
-            config = self.validate_config(channel_config)
-        except ConfigError as exc:
-            raise TransportError(f"invalid channel configuration: {exc}", permanent=True) from exc
+        config = self.checked(channel_config)
         body = json.dumps(self.payload(config, message), separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT,
                    "X-Pitwall-Notification-Id": message.id}

@@ -250,11 +250,15 @@ class HttpTransport(Transport):
     def payload(self, config: dict[str, Any], message: Notification) -> dict[str, Any]:
         raise NotImplementedError
 
-    def notify(self, channel_config: dict[str, Any], message: Notification) -> DeliveryResult:
+    def checked(self, channel_config: dict[str, Any]) -> dict[str, Any]:
+        """The cleaned config; a stored config that no longer passes fails for good."""
         try:
-            config = self.validate_config(channel_config)
+            return self.validate_config(channel_config)
         except ConfigError as exc:
             raise TransportError(f"invalid channel configuration: {exc}", permanent=True) from exc
+
+    def notify(self, channel_config: dict[str, Any], message: Notification) -> DeliveryResult:
+        config = self.checked(channel_config)
         body = json.dumps(self.payload(config, message), separators=(",", ":")).encode()
         headers = self.headers(config, message, body)
         return post(config["url"], body, headers, self.timeout, self.tls)

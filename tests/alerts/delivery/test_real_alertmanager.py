@@ -16,9 +16,8 @@ from django.utils import timezone
 from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.models import Channel, DeliveryState, Notification
 from tests.alerts.delivery.helpers import cycle, fire, resolve
-from tests.support.live import Process, free_port
 from tests.support.polling import wait_until
-from tests.support.prometheus import binary, get_json
+from tests.support.prometheus import Daemon, binary, get_json
 from tests.support.receivers import Receiver
 
 pytestmark = pytest.mark.slow
@@ -38,30 +37,15 @@ receivers:
 """
 
 
-class AlertmanagerServer:
+class AlertmanagerServer(Daemon):
     """One Alertmanager on a free port, clustering off (``--cluster.listen-address=``)."""
 
     def __init__(self, workdir: Path, receiver_url: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "am.yml").write_text(CONFIG.format(url=receiver_url))
-        self.process = Process(
-            [binary("prometheus-alertmanager"), f"--config.file={workdir / 'am.yml'}",
-             f"--storage.path={workdir}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--cluster.listen-address="], log=workdir / "alertmanager.log")
-        wait_until(self._ready, 60, lambda: f"alertmanager did not start:\n"
-                                            f"{self.process.output()[-3000:]}")
-
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as reply:
-                return reply.status == 200
-        except OSError:
-            if self.process.proc.poll() is not None:
-                raise AssertionError(
-                    f"alertmanager exited:\n{self.process.output()[-3000:]}") from None
-            return False
+        super().__init__("alertmanager", [
+            binary("prometheus-alertmanager"), f"--config.file={workdir / 'am.yml'}",
+            f"--storage.path={workdir}", "--cluster.listen-address="], workdir)
 
     def alerts(self) -> dict[str, dict]:
         """host label -> the alert Alertmanager holds (GET /api/v2/alerts: active, silenced
@@ -79,9 +63,6 @@ class AlertmanagerServer:
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=5) as reply:
             return json.loads(reply.read())["silenceID"]
-
-    def stop(self) -> None:
-        self.process.stop()
 
 
 @pytest.fixture

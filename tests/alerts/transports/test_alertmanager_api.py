@@ -3,7 +3,6 @@ Alertmanagers (the real one: tests/alerts/delivery/test_real_alertmanager.py).""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -17,21 +16,14 @@ from controlplane.alerts.transports import (
 )
 from tests.alerts.transports.messages import ONSET
 from tests.support.live import free_port
-from tests.support.receivers import Receiver, handler_for
+from tests.support.receivers import Receiver, serving
 
 
 @pytest.fixture
 def second(receiver) -> Iterator[Receiver]:
     """Another receiver: the other Alertmanager of an HA pair."""
-    from http.server import ThreadingHTTPServer
-
-    rec = Receiver(url="")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(rec))
-    rec.url = f"http://127.0.0.1:{server.server_port}/am2"
-    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-    yield rec
-    server.shutdown()
-    server.server_close()
+    with serving("/am2") as rec:
+        yield rec
 
 
 def base(rec: Receiver) -> str:
