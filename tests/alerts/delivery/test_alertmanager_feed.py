@@ -83,8 +83,8 @@ def test_a_resolved_alert_is_posted_with_its_resolve_time_for_15_minutes(am, rec
     assert datetime.fromisoformat(alerts["gpu-01"]["endsAt"]) > datetime.now(UTC)
 
     now = at(42)
-    while now < at(40) + timedelta(minutes=15) - timedelta(seconds=5):
-        now += timedelta(seconds=5)
+    while now < at(40) + timedelta(minutes=15) - timedelta(seconds=30):
+        now += timedelta(seconds=30)  # each pass past resend_s (60 s) posts again
         cycle(now)
     assert posted(receiver)["gpu-02"]["endsAt"] == rfc(at(40))  # re-posted as it was
     cycle(at(40) + timedelta(minutes=16))
@@ -199,6 +199,8 @@ def test_a_disabled_feed_channel_posts_the_resolution_it_missed_when_enabled(am,
 
 
 def test_a_feed_keeps_an_hour_of_sent_rows_and_the_failed_ones(am, receiver):
+    am.config = {**am.config, "resend_s": 600}  # fewer passes: two hours in 36 of them
+    am.save()
     fire("KVCacheFull", "gpu-01", at(0))
     receiver.status = 404  # permanent: the row fails and the channel is switched off
     [failed] = cycle(at(1))
@@ -207,11 +209,14 @@ def test_a_feed_keeps_an_hour_of_sent_rows_and_the_failed_ones(am, receiver):
     test = service.send_test(am, at(2))
     now = at(2)
     while now < at(hours=2):
-        now += timedelta(seconds=20)
+        now += timedelta(seconds=200)
         cycle(now)
 
     rows = Notification.objects.filter(channel=am, test=False).exclude(id=failed.id)
-    assert rows.count() == 61  # one a minute (resend_s), the last hour's
+    # Posts every resend_s from the failed one at 1 s: at 602 s, 1202 s, ... 7202 s (now);
+    # the last hour's are those from 3602 s on.
+    assert sorted((r.created_at - at(0)).total_seconds() for r in rows) == [
+        3602.0 + 600 * i for i in range(7)]
     assert min(r.created_at for r in rows) >= now - timedelta(hours=1)
     assert Notification.objects.get(id=failed.id).state == DeliveryState.FAILED
     assert Notification.objects.filter(id=test.id).exists()
