@@ -27,6 +27,7 @@ ENDS_AFTER_RESENDS = 4
 # The test alert resolves on its own soon: nothing re-sends it.
 TEST_ALERT_LIFETIME = timedelta(minutes=5)
 MAX_EXTERNAL_LABELS = 16
+MAX_LABEL_NAME_CHARS, MAX_LABEL_VALUE_CHARS = 100, 1000
 MAX_TOKEN_CHARS = 4096
 # Alertmanager 0.25 takes Prometheus' classic label names only.
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -73,10 +74,13 @@ def validate_external_labels(config: dict[str, Any]) -> dict[str, str]:
         raise ConfigError("external_labels",
                           f"an object of at most {MAX_EXTERNAL_LABELS} label: value pairs")
     for name, value in labels.items():
-        if not LABEL_NAME.fullmatch(name):
-            raise ConfigError(f"external_labels.{name}", "is not a label name ([a-zA-Z_]…)")
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"external_labels.{name}", "must be a non-empty string")
+        if len(name) > MAX_LABEL_NAME_CHARS or not LABEL_NAME.fullmatch(name):
+            raise ConfigError(f"external_labels.{name[:MAX_LABEL_NAME_CHARS]}",
+                              f"is not a label name ([a-zA-Z_]…, at most "
+                              f"{MAX_LABEL_NAME_CHARS} characters)")
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_LABEL_VALUE_CHARS:
+            raise ConfigError(f"external_labels.{name}", f"must be a string of 1 to "
+                                                         f"{MAX_LABEL_VALUE_CHARS} characters")
     return dict(labels)
 
 

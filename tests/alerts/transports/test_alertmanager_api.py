@@ -181,6 +181,10 @@ def test_an_end_before_the_start_is_never_sent(receiver, allow_private, message)
     ({"urls": ["http://am:9093"], "external_labels": {"bad-name": "x"}},
      "external_labels.bad-name"),
     ({"urls": ["http://am:9093"], "external_labels": {"env": ""}}, "external_labels.env"),
+    ({"urls": ["http://am:9093"], "external_labels": {"env": "x" * 1001}},
+     "external_labels.env"),
+    ({"urls": ["http://am:9093"], "external_labels": {"e" * 101: "x"}},
+     "external_labels." + "e" * 100),
 ])
 def test_a_bad_config_names_the_field(config, field):
     with pytest.raises(ConfigError) as caught:
