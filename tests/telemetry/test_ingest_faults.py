@@ -51,3 +51,30 @@ def test_a_clean_shutdown_flushes_what_is_pending(ingest, host_token):
     code, reply = ingest.run(post_then_stop())
     assert (code, reply["accepted"]) == (200, 1)
     assert stored_rows()["gpu"] == 2
+
+
+def test_ingest_gets_new_connections_after_postgresql_dropped_its_own(ingest, host_token):
+    """PostgreSQL restarted, failed over or killed the sessions: the writer's connection and
+    the one its ORM calls use (token and config-version reloads) are gone. Ingest answers 503
+    while they are, then stores again by itself: no process to restart by hand."""
+    from django.db import connection
+
+    from tests.support.polling import wait_until
+
+    assert ingest.post(batch(seq=1), host_token)[0] == 200
+    with connection.cursor() as cursor:  # every session of the test database but this one
+        cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        assert cursor.fetchone()[0] >= 2  # the writer's and the ORM thread's
+    seq = iter(range(2, 10_000))
+    answers: list[int] = []
+
+    def stores_again() -> bool:
+        answers.append(ingest.post(batch(seq=next(seq)), host_token)[0])
+        # Past several background reloads (every 2 s), which found their connection closed.
+        return answers[-3:] == [200, 200, 200] and len(answers) >= 8
+
+    wait_until(stores_again, 60, lambda: f"answers since the sessions were killed: {answers}",
+               every=1.0)
+    assert set(answers) <= {200, 503}
+    assert stored_rows()["host"] == 1 + answers.count(200)  # each stored batch, once

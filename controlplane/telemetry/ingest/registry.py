@@ -18,7 +18,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from asgiref.sync import sync_to_async
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 
@@ -28,6 +27,7 @@ from controlplane.lib import tokens
 from controlplane.telemetry.ingest import credentials
 from controlplane.telemetry.ingest.credentials import TokenRefused, check_token
 from controlplane.telemetry.ingest.errors import BadRequest, join
+from controlplane.telemetry.ingest.orm import orm
 from controlplane.telemetry.ingest.validate import Batch
 
 # The token table is reloaded this often: new tokens are found sooner (on a miss), and a
@@ -140,13 +140,13 @@ class Registry:
     async def warm(self) -> None:
         """Load the token table and every host's devices at start, in a handful of queries."""
         await self._refresh_tokens()
-        self._hosts.update(await sync_to_async(_load_hosts)())
+        self._hosts.update(await orm(_load_hosts)())
 
     async def _refresh_tokens(self) -> None:
         async with self._refresh_lock:
             if time.monotonic() - self._tokens_loaded < TOKEN_TTL_S:
                 return  # another request refreshed while this one waited
-            self._tokens = await sync_to_async(_load_tokens)()
+            self._tokens = await orm(_load_tokens)()
             self._unknown_tokens.clear()
             self._tokens_loaded = time.monotonic()
 
@@ -191,7 +191,7 @@ class Registry:
 
     async def _lookup_new_token(self, parsed: tokens.ParsedToken) -> Credential | None:
         """A token issued since the last reload; misses are remembered until the next one."""
-        token = await sync_to_async(_load_token)(parsed.lookup)
+        token = await orm(_load_token)(parsed.lookup)
         if token is None or not tokens.matches(token.digest, parsed):
             if len(self._unknown_tokens) < MAX_UNKNOWN_TOKENS:  # random tokens cost no memory
                 self._unknown_tokens.add(parsed.digest)
@@ -218,7 +218,7 @@ class Registry:
     async def _reload_versions(self) -> None:
         async with self._versions_lock:
             if time.monotonic() - self._versions_loaded >= CONFIG_TTL_S:
-                self._versions, cleared = await sync_to_async(_load_config_versions)()
+                self._versions, cleared = await orm(_load_config_versions)()
                 self._versions_loaded = time.monotonic()
                 self._forget_cleared(cleared)
 
@@ -240,7 +240,7 @@ class Registry:
     async def host(self, host_id: int) -> HostState:
         state = self._hosts.get(host_id)
         if state is None:
-            state = await sync_to_async(_load_host)(host_id)
+            state = await orm(_load_host)(host_id)
             self._hosts[host_id] = state
         return state
 
@@ -253,7 +253,7 @@ class Registry:
             state = self._hosts[host_id]
         if self._unknown(state, batch) is not None:
             # Another worker process may have applied an inventory we have not seen.
-            state = await sync_to_async(_load_host)(host_id)
+            state = await orm(_load_host)(host_id)
             self._hosts[host_id] = state
             missing = self._unknown(state, batch)
             if missing is not None:
@@ -271,12 +271,12 @@ class Registry:
         if digest(inventory) == state.inventory_digest:
             return
         try:
-            await sync_to_async(_apply_checked)(
+            await orm(_apply_checked)(
                 token_id, state.host_id, inventory, batch.agent_version)
         except GpuOwnedElsewhere as exc:
             raise BadRequest(str(exc), join(batch.path, f"host.gpus[{exc.index}].uuid"),
                              status=403) from None
-        fresh = await sync_to_async(_load_host)(state.host_id)
+        fresh = await orm(_load_host)(state.host_id)
         fresh.last_seen_written = state.last_seen_written
         self._hosts[state.host_id] = fresh
 

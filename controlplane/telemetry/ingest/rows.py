@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 
@@ -13,6 +12,7 @@ from controlplane.fleet.models import Host
 from controlplane.telemetry.ingest.columns import Columns, rows_of
 from controlplane.telemetry.ingest.credentials import check_token
 from controlplane.telemetry.ingest.errors import BadRequest, join
+from controlplane.telemetry.ingest.orm import orm
 from controlplane.telemetry.ingest.registry import HostState
 from controlplane.telemetry.ingest.validate import Batch
 from controlplane.telemetry.models import HistogramLayout, HostHistogramLayout
@@ -75,7 +75,7 @@ class LayoutCache:
         if not missing:
             return
         try:
-            registered = await sync_to_async(_register_layouts)(host_id, missing, token_id)
+            registered = await orm(_register_layouts)(host_id, missing, token_id)
         except LayoutLimit as exc:
             exc.field = _path_of(batches, exc.bounds)  # type: ignore[attr-defined]
             raise
