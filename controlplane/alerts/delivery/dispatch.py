@@ -86,7 +86,7 @@ def dispatch(now: datetime | None = None) -> list[int]:
         plans, default = load_plans()
         silences = list(active_silences(now))
         firing = read_firing(now)
-        buckets = collect(plans, default, silences, now, firing)
+        buckets = collect(plans, default, silences, firing)
         ids = write_groups_and_notifications(buckets, plans, default, silences, now)
         # Channels that talk to an Alertmanager get every firing alert instead (feeds.py).
         return ids + write_feeds(plans, default, [m for _, m in firing], now,
@@ -102,10 +102,10 @@ def read_firing(now: datetime) -> list[tuple[Firing, MessageAlert]]:
              Alert.objects.filter(state=AlertState.FIRING).values_list(*Firing._fields))]
 
 
-def collect(plans: list[Plan], default: Plan, silences: list, now: datetime,
-            firing: list[tuple[Firing, MessageAlert]] | None = None) -> dict[str, Bucket]:
+def collect(plans: list[Plan], default: Plan, silences: list,
+            firing: list[tuple[Firing, MessageAlert]]) -> dict[str, Bucket]:
     buckets: dict[str, Bucket] = {}
-    for alert, message in (read_firing(now) if firing is None else firing):
+    for alert, message in firing:
         labels = message.labels
         silenced = silence_of(labels, silences) is not None
         for plan in plans_for(labels, plans, default):

@@ -46,11 +46,7 @@ FEED_HISTORY = timedelta(hours=1)
 @dataclass
 class FeedOutcome:
     posted: dict[str, dict]  # what the feed holds now: firing, and resolved < 15 min ago
-    alerts: list[MessageAlert] | None = None  # set when a post goes out
-
-    @property
-    def sends(self) -> bool:
-        return self.alerts is not None
+    sends: bool = False  # a post goes out (each attempt posts what the feed holds then)
 
 
 def step(posted: dict[str, dict], last_posted_at: datetime | None,
@@ -79,11 +75,7 @@ def step(posted: dict[str, dict], last_posted_at: datetime | None,
         elif now - datetime.fromisoformat(before["ends_at"]) < RESOLVED_RESEND:
             held[fp] = before  # re-posted with its resolve time a while, as Prometheus does
     due = last_posted_at is None or now - last_posted_at >= timedelta(seconds=resend_s)
-    if held and (changed or due):
-        # Firing first, then resolved; by fingerprint within each: a stable body.
-        order = sorted(held, key=lambda fp: (held[fp]["status"] != "firing", fp))
-        return FeedOutcome(held, [alert_from_dict(held[fp]) for fp in order])
-    return FeedOutcome(held)
+    return FeedOutcome(held, sends=bool(held) and (changed or due))
 
 
 def feed_channels(default: Plan) -> list[Channel]:
@@ -130,8 +122,8 @@ def write_feeds(plans: list[Plan], default: Plan, firing: list[MessageAlert], no
         if (outcome.posted, last) != (feed.posted, feed.last_posted_at):
             feed.posted, feed.last_posted_at = outcome.posted, last
             (created if is_new else changed).append(feed)
-        if outcome.alerts is not None:
-            rows.append(feed_notification(channel, outcome.alerts, now, external_url,
+        if outcome.sends:
+            rows.append(feed_notification(channel, outcome.posted, now, external_url,
                                           give_up_at))
     AlertmanagerFeed.objects.bulk_create(created)
     AlertmanagerFeed.objects.bulk_update(changed, ["posted", "last_posted_at"])
@@ -142,18 +134,18 @@ def write_feeds(plans: list[Plan], default: Plan, firing: list[MessageAlert], no
     return ids
 
 
-def feed_notification(channel: Channel, alerts: list[MessageAlert], now: datetime,
+def feed_notification(channel: Channel, posted: dict[str, dict], now: datetime,
                       external_url: str, give_up_at: datetime) -> Notification:
     """A post of the feed. Its payload counts the alerts instead of holding them: the feed row
     holds them (``posted``), and each attempt posts what it holds then (``current``). A row
     per post with every alert would be megabytes each in a storm, one a minute."""
-    status = "firing" if any(a.status == "firing" for a in alerts) else "resolved"
+    firing = sum(a["status"] == "firing" for a in posted.values())
+    status = "firing" if firing else "resolved"
     ident = uuid.uuid4()
     message = Message(id=str(ident), status=status, receiver=channel.name,
                       group_key=f"feed:{channel.id}", group_labels={}, alerts=[],
                       created_at=now, external_url=external_url)
-    firing = sum(a.status == "firing" for a in alerts)
-    payload = {**message.to_dict(), "feed": {"firing": firing, "resolved": len(alerts) - firing}}
+    payload = {**message.to_dict(), "feed": {"firing": firing, "resolved": len(posted) - firing}}
     return Notification(uuid=ident, channel=channel, status=status, created_at=now,
                         next_attempt_at=now, give_up_at=give_up_at, payload=payload)
 
@@ -163,6 +155,7 @@ def current(row: Notification, message: Message) -> Message:
     the feed's latest state, so a retry never undoes a newer post."""
     feed = AlertmanagerFeed.objects.filter(channel_id=row.channel_id).first()
     held = feed.posted if feed is not None else {}
+    # Firing first, then resolved; by fingerprint within each: a stable body.
     order = sorted(held, key=lambda fp: (held[fp]["status"] != "firing", fp))
     return replace(message, alerts=[alert_from_dict(held[fp]) for fp in order])
 
