@@ -33,6 +33,7 @@ from django.utils import timezone
 from agents.protocol import Entity, Metric, metrics_of
 from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
 from controlplane.telemetry.schema import TABLES, column_for
+from controlplane.telemetry.series.sqlbits import fetch
 
 # Ingest refreshes a host's last_seen at most every few seconds, so the fleet rows are
 # preselected with this much slack; the raw rows decide what is online.
@@ -188,19 +189,13 @@ def _on_own_connection(read, *args):
         connection.close()  # this thread's connection, back to the pool
 
 
-def _rows(sql: str, params: list) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
 def _ids(ids) -> str:
     """An int4[] literal: psycopg's list adapter costs ~1.5 µs an element, this a tenth."""
     return "{" + ",".join(map(str, ids)) + "}"
 
 
 def _hosts(selection: Selection, seen_since: datetime) -> dict[int, str]:
-    rows = _rows("SELECT id, hostname FROM fleet_host WHERE last_seen >= %s", [seen_since])
+    rows = fetch("SELECT id, hostname FROM fleet_host WHERE last_seen >= %s", [seen_since])
     if selection.hostname is not None:
         rows = [(i, name) for i, name in rows if selection.hostname(name)]
     if selection.shard is not None:
@@ -222,7 +217,7 @@ def _host_rows(hosts: dict[int, str], span: tuple[datetime, datetime]) -> list[t
     """(host id, values...) of the hosts with a row in the span."""
     if not hosts:
         return []
-    return _rows(f"SELECT h.id, s.* FROM unnest(%s::int4[]) AS h(id) "
+    return fetch(f"SELECT h.id, s.* FROM unnest(%s::int4[]) AS h(id) "
                  f"CROSS JOIN LATERAL {_newest('host', 'h.id')} s", [_ids(hosts), *span])
 
 
@@ -230,7 +225,7 @@ def _gpus(hosts: dict[int, str], span: tuple[datetime, datetime]) -> list[tuple]
     """(GPU id, host id, uuid, index, values...) of the hosts' GPUs with a row in the span."""
     if not hosts:
         return []
-    return _rows(f'SELECT g.id, g.host_id, g.uuid, g."index", s.* FROM fleet_gpu g '
+    return fetch(f'SELECT g.id, g.host_id, g.uuid, g."index", s.* FROM fleet_gpu g '
                  f"CROSS JOIN LATERAL {_newest('gpu', 'g.id')} s "
                  f"WHERE g.host_id = ANY(%s::int4[])", [*span, _ids(hosts)])
 
@@ -241,7 +236,7 @@ def _engines(hosts: dict[int, str], span: tuple[datetime, datetime]) -> list[_En
     GPUs they use and their newest values (None: offline)."""
     if not hosts:
         return []
-    rows = _rows(
+    rows = fetch(
         "SELECT e.id, e.host_id, e.name, coalesce(nullif(e.model, ''), d.model, ''), d.name, "
         "ARRAY(SELECT jsonb_array_elements_text(e.gpu_uuids)), s.* FROM fleet_engine e "
         "LEFT JOIN fleet_deployment d "
@@ -270,7 +265,7 @@ def _used_by(engines: list[_Engine], gpus: list[tuple]) -> list[tuple]:
 
 def layouts() -> dict[int, tuple[float, ...]]:
     """Every histogram layout's bounds (a small table: capped per host, shared between hosts)."""
-    return {i: tuple(b) for i, b in _rows("SELECT id, bounds FROM telemetry_histogramlayout", [])}
+    return {i: tuple(b) for i, b in fetch("SELECT id, bounds FROM telemetry_histogramlayout", [])}
 
 
 def _minute_histograms(engines: dict[int, dict[str, str]], lo: datetime,
@@ -285,7 +280,7 @@ def _minute_histograms(engines: dict[int, dict[str, str]], lo: datetime,
         return out
     table = ROLLUPS["1m"]["engine"]
     cols = ", ".join(f"{m.key}_layout, {m.key}_counts, {m.key}_sum" for m in metrics)
-    rows = _rows(
+    rows = fetch(
         f"SELECT e.id, r.* FROM unnest(%s::int4[]) AS e(id) CROSS JOIN LATERAL "
         f"(SELECT {cols} FROM {table.name} WHERE engine_id = e.id AND ts >= %s AND ts <= %s "
         f"ORDER BY ts DESC LIMIT 1) r", [_ids(engines), lo, hi])
@@ -327,7 +322,7 @@ def _histograms(engines: dict[int, dict[str, str]], lo: datetime,
     for m in metrics:
         select.append(f"sum({m.key}_sum)")
         select += [f"sum({m.key}_counts[{i}])" for i in range(1, width + 1)]
-    rows = _rows(
+    rows = fetch(
         f"SELECT {', '.join(select)} FROM {TABLES['engine'].name} "
         f"WHERE engine_id = ANY(%s::int4[]) AND ts > %s AND ts <= %s "
         f"GROUP BY {', '.join(group)}", [_ids(engines), lo, hi])

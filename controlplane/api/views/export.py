@@ -31,9 +31,9 @@ from rest_framework.views import APIView
 from agents.protocol import Metric
 from controlplane.alerts.patterns import glob_match, glob_problem
 from controlplane.api.permissions import CanReadFleet
+from controlplane.lib.selfmetrics import CONTENT_TYPE
 from controlplane.telemetry import export
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "pitwall_"
 WINDOW_MIN_S, WINDOW_MAX_S = 5, 300
 _SHARD = re.compile(r"^(\d{1,4})/(\d{1,4})$")

@@ -110,11 +110,10 @@ class IngestApp:
             status, body = 200, await self._handle(scope, receive, steps, batches)
         except BadRequest as exc:
             status, body = exc.status, {"error": exc.message, "field": exc.field}
-            count_refused(exc.reason, batches[0])
+            metrics.count_refused(exc.reason, batches[0])
         except (StorageUnavailable, DatabaseError) as exc:
             status, body = 503, _unavailable(exc)
-            metrics.REQUESTS_UNAVAILABLE.inc()
-            metrics.BATCHES_UNAVAILABLE.inc(batches[0])
+            metrics.count_unavailable(batches[0])
         await _reply(send, status, body)
         if steps is not None and len(steps) == 6:
             self.trace.request((*steps, time.monotonic()))  # type: ignore[union-attr]
@@ -155,7 +154,7 @@ class IngestApp:
             raise
         accepted = sum(b.sample_count for b, is_new in zip(parsed.batches, new, strict=True)
                        if is_new)
-        count_answered(new)
+        metrics.count_answered(new)
         return {"accepted": accepted, "duplicates": new.count(False), "config_version": version,
                 "ignored": sorted(parsed.ignored)}
 
@@ -222,22 +221,6 @@ class IngestApp:
                 break
         raw = b"".join(chunks)
         return _gunzip(raw, self.max_body) if encoding == b"gzip" else raw
-
-
-def count_answered(new: list[bool]) -> None:
-    duplicates = new.count(False)
-    metrics.REQUESTS_OK.inc()
-    metrics.BATCHES_STORED.inc(len(new) - duplicates)
-    if duplicates:
-        metrics.BATCHES_DUPLICATE.inc(duplicates)
-    if len(new) > 1:
-        metrics.SPOOL_REPLAYS.inc()
-
-
-def count_refused(reason: str, batches: int) -> None:
-    metrics.REQUESTS_REFUSED.inc()
-    metrics.BATCHES_REFUSED.inc(batches)
-    metrics.REFUSED.labels(reason).inc(batches)
 
 
 def _unavailable(exc: Exception) -> dict:

@@ -46,6 +46,28 @@ BATCHES_UNAVAILABLE = BATCHES.labels("unavailable")
 _ROWS_OF = {t.name: ROWS.labels(t.entity) for t in TABLES.values()}
 
 
+def count_answered(new: list[bool]) -> None:
+    """A request answered 200: per batch, stored (True) or a replay already stored (False)."""
+    duplicates = new.count(False)
+    REQUESTS_OK.inc()
+    BATCHES_STORED.inc(len(new) - duplicates)
+    if duplicates:
+        BATCHES_DUPLICATE.inc(duplicates)
+    if len(new) > 1:
+        SPOOL_REPLAYS.inc()
+
+
+def count_refused(reason: str, batches: int) -> None:
+    REQUESTS_REFUSED.inc()
+    BATCHES_REFUSED.inc(batches)
+    REFUSED.labels(reason).inc(batches)
+
+
+def count_unavailable(batches: int) -> None:
+    REQUESTS_UNAVAILABLE.inc()
+    BATCHES_UNAVAILABLE.inc(batches)
+
+
 def count_stored(stored: dict[str, tuple[int, int]]) -> None:
     """One committed flush: table -> (rows, values) it stored (copy.copy_rows counts them)."""
     for table, (rows, values) in stored.items():

@@ -12,7 +12,7 @@ from controlplane.devstack.real_vllm_demo import NotInstalled, RealVllmDemo
 from controlplane.fleet import deployments
 from controlplane.fleet.models import AgentToken, Deployment, Gpu, Host
 from controlplane.fleet.tokens import issue_agent_token
-from controlplane.lib.selfmetrics import MULTIPROC_ENV, prepare_directory
+from controlplane.lib.selfmetrics import MULTIPROC_ENV, multiprocess_dir, prepare_directory
 
 INVENTORY_WAIT_S = 60.0
 # The demo fleet's deployments: most are healthy; two are mis-tuned on purpose so the Tuning
@@ -42,7 +42,7 @@ def server_children(opts: dict, var: Path) -> list[Child]:
 
 
 def metrics_dir(var: Path) -> Path:
-    return Path(os.environ.get(MULTIPROC_ENV) or var / "metrics")
+    return multiprocess_dir() or var / "metrics"
 
 
 class Command(BaseCommand):
