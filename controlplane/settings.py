@@ -14,6 +14,7 @@ from controlplane.lib.env import (
     ConfigError,
     database_from_url,
     envbool,
+    envfloat,
     envint,
     envlist,
     envsecret,
@@ -329,6 +330,17 @@ PITWALL = {
     "API_TOKEN_DEFAULT_DAYS": envint("PITWALL_API_TOKEN_DEFAULT_DAYS", 90, minimum=1),
     "API_TOKEN_MAX_DAYS": envint("PITWALL_API_TOKEN_MAX_DAYS", 365, minimum=1),
     "TUNING_ITL_P99_OBJECTIVE_MS": envint("PITWALL_TUNING_ITL_P99_OBJECTIVE_MS", 100, minimum=1),
+    # An engine with requests running or waiting but no generated token and no finished request
+    # for this long is stalled (vLLM's /health keeps answering 200 while wedged): the default
+    # pack's alert and the "stalled" state on the fleet and engine pages.
+    "ENGINE_STALL_S": envint("PITWALL_ENGINE_STALL_S", 120, minimum=10),
+    # Objectives (docs/efficiency.md): a request meets them when its TTFT is under
+    # ALERT_TTFT_P99_OBJECTIVE_MS and its ITL under TUNING_ITL_P99_OBJECTIVE_MS; OBJECTIVE_TARGET is
+    # the share that must, so the error budget is 1 - OBJECTIVE_TARGET.
+    "OBJECTIVE_TARGET": envfloat("PITWALL_OBJECTIVE_TARGET", 0.99, minimum=0.5, maximum=0.99999),
+    # The price of one GPU-hour, for cost per million tokens (0: unknown, no cost shown).
+    "GPU_HOUR_PRICE": envfloat("PITWALL_GPU_HOUR_PRICE", 0.0, minimum=0.0),
+    "GPU_HOUR_PRICE_CURRENCY": envstr("PITWALL_GPU_HOUR_PRICE_CURRENCY", "USD"),
 }
 
 LOGGING = {

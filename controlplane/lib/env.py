@@ -55,6 +55,21 @@ def envint(name: str, default: int, minimum: int | None = None) -> int:
     return value
 
 
+def envfloat(name: str, default: float, minimum: float | None = None,
+             maximum: float | None = None) -> float:
+    raw = os.environ.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value != value or (minimum is not None and value < minimum) \
+            or (maximum is not None and value > maximum):
+        raise ConfigError(f"{name}={raw!r} is outside {minimum}..{maximum}")
+    return value
+
+
 def envlist(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

@@ -107,3 +107,27 @@ def histogram_quantile(q: float, bounds: Sequence[float], counts: Sequence[int])
             return lower + (upper - lower) * (rank - below) / counts[i]
         below += counts[i]
     return bounds[-1]
+
+
+def histogram_fraction(upper: float, bounds: Sequence[float],
+                       counts: Sequence[int]) -> float | None:
+    """The share of observations at or under ``upper``, as Prometheus's ``histogram_fraction``
+    estimates it: whole buckets below, linear interpolation inside the bucket ``upper`` falls
+    in (from 0 for the first). Observations in +Inf count as above any finite ``upper``.
+
+    What objective attainment is: the share of requests whose TTFT (or ITL) met the objective.
+    None without observations or with counts that do not fit ``bounds``.
+    """
+    total = sum(counts)
+    if total <= 0 or not bounds or len(counts) != len(bounds) + 1:
+        return None
+    under, lower = 0.0, 0.0
+    for i, bound in enumerate(bounds):
+        if upper >= bound:
+            under += counts[i]
+        else:
+            if bound > lower and upper > lower:
+                under += counts[i] * (upper - lower) / (bound - lower)
+            break
+        lower = bound
+    return under / total
