@@ -1,9 +1,12 @@
-"""Forms of the alert pages. Rules validate through the model (``full_clean`` ->
-``rules.validate_rule``), so a form error and an API error say the same thing."""
+"""Forms of the alert and deployment pages. Rules validate through the model (``full_clean`` ->
+``rules.validate_rule``) and deployments through their service (``deployments.check``), so a
+form error and an API error say the same thing."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections import defaultdict
 from datetime import timedelta
 
@@ -11,9 +14,12 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from agents import vllm_args
 from agents.protocol import METRICS
 from controlplane.alerts.models import AlertRule, Op
 from controlplane.alerts.silences import validate_matchers
+from controlplane.fleet import deployments
+from controlplane.fleet.models import Deployment, Host
 
 # "label=value", "label!=value", "label=~regex", "label!~regex": longest operators first.
 MATCHER_LINE = re.compile(r"^\s*(\w+)\s*(!=|=~|!~|=)\s*(.*?)\s*$")
@@ -150,3 +156,194 @@ class AckForm(forms.Form):
     comment = forms.CharField(max_length=400, required=False,
                               widget=forms.TextInput(attrs={"size": 50,
                                                             "placeholder": "why (optional)"}))
+
+
+# --- Deployments ---------------------------------------------------------------------------
+# The form only reads what an operator types (lists, lines, flags) into the values the API
+# takes as JSON; every rule about those values lives in controlplane.fleet.deployments (check,
+# the deploy_code permission), so a page and the API refuse the same things with the same words.
+
+MAX_CPU_IDS = 4096  # a range like "0-99999999" must not build a list that large
+
+
+class GpuIndicesField(forms.CharField):
+    """GPU indices, comma-separated ("0, 1"); blank is none (vLLM's CPU build)."""
+
+    def prepare_value(self, value):
+        return ", ".join(map(str, value)) if isinstance(value, list) else value
+
+    def to_python(self, value) -> list[int]:
+        text = (value or "").strip()
+        try:
+            return [int(part) for part in re.split(r"[,\s]+", text) if part]
+        except ValueError:
+            raise ValidationError("GPU indices separated by commas, e.g. 0, 1") from None
+
+
+class CpuListField(forms.CharField):
+    """CPU ids as a list with ranges ("0-3, 8"), as taskset takes them; blank is unbound."""
+
+    def prepare_value(self, value):
+        return ", ".join(map(str, value)) if isinstance(value, list) else value
+
+    def to_python(self, value) -> list[int] | None:
+        text = (value or "").strip()
+        if not text:
+            return None
+        cpus: list[int] = []
+        for part in filter(None, re.split(r"[,\s]+", text)):
+            match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+            if not match:
+                raise ValidationError(f"{part!r}: CPU ids or ranges, e.g. 0-3, 8")
+            first, last = int(match[1]), int(match[2] or match[1])
+            if last < first or len(cpus) + last - first + 1 > MAX_CPU_IDS:
+                raise ValidationError(f"{part!r}: a range low-high, {MAX_CPU_IDS} CPUs at most")
+            cpus.extend(range(first, last + 1))
+        return cpus
+
+
+class EnvLinesField(forms.CharField):
+    """Environment variables, one NAME=value a line. Values are write-only: the form shows
+    each as REDACTED, and a line sent back with it keeps the value the deployment holds."""
+
+    widget = forms.Textarea(attrs={"rows": 3, "placeholder": "VLLM_LOGGING_LEVEL=INFO"})
+
+    def prepare_value(self, value):
+        if isinstance(value, dict):
+            return "\n".join(f"{name}={deployments.REDACTED}" for name in value)
+        return value
+
+    def to_python(self, value) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for number, line in enumerate((value or "").splitlines(), start=1):
+            if not line.strip():
+                continue
+            name, eq, text = line.partition("=")
+            name = name.strip()
+            if not eq or not name:
+                raise ValidationError(f"line {number}: write NAME=value")
+            if name in env:
+                raise ValidationError(f"line {number}: {name} is set twice")
+            env[name] = text
+        return env
+
+
+class VllmArgsField(forms.CharField):
+    """vLLM arguments as a JSON object ({"max_num_seqs": 256}) or as flags
+    (--max-num-seqs 256 --enable-prefix-caching); flags are read for the form's vLLM version
+    by the agent's own reader (agents.vllm_args.from_argv), in `DeploymentForm.clean_args`."""
+
+    widget = forms.Textarea(attrs={"rows": 6, "spellcheck": "false"})
+
+    def prepare_value(self, value):
+        if isinstance(value, dict):
+            return json.dumps(value, indent=2)
+        return value
+
+
+def args_from_text(text: str, version: str) -> object:
+    """The arguments typed in the form: JSON (any value: the rules say what is wrong with
+    it) or flags. ValidationError for what cannot be read at all."""
+    text = text.strip()
+    if not text:
+        return {}
+    if not text.startswith("-"):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ValidationError(f"not JSON ({exc}): write a JSON object such as "
+                                  '{"max_num_seqs": 256}, or flags such as '
+                                  "--max-num-seqs 256") from None
+    try:
+        tokens = shlex.split(text)
+        read = vllm_args.from_argv(tokens, version)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+    if leftover := read.pop(vllm_args.UNRECOGNIZED, []):
+        # A value right after a flag that was not read is that flag's: one message for both.
+        named = [token for i, token in enumerate(leftover)
+                 if token.startswith("-") or i == 0 or not leftover[i - 1].startswith("-")]
+        raise ValidationError([_leftover_problem(token, version) for token in named])
+    return read
+
+
+def _leftover_problem(token: str, version: str) -> str:
+    """Why a token of the flags was not read: the catalog's own message for a flag it does
+    not know (with the name meant), else what the token needs."""
+    if not token.startswith("-"):
+        return f"{token!r} follows no flag that takes it"
+    name = token.lstrip("-").partition("=")[0].replace("-", "_")
+    spec = vllm_args.available(version).get(name)
+    if spec is None:
+        errors = vllm_args.validate({name: True}, version)
+        return errors[0].message if errors else f"{token!r} is not a flag of vLLM {version}"
+    return f"{spec.flag}: needs a value of type {spec.kind}"
+
+
+class DeploymentForm(forms.ModelForm):
+    """Create or change a deployment. Shapes are read here; `_post_clean` then runs the
+    service's checks (``deployments.check``) on the draft, keyed by the same field names as
+    the API's 400; the view saves through ``deployments.save`` (the deploy_code rule)."""
+
+    vllm_version = forms.CharField(
+        max_length=32, initial=vllm_args.DEFAULT_VERSION, label="vLLM version",
+        widget=forms.TextInput(attrs={"list": "vllm-versions"}),
+        help_text=f"the vLLM release on the host; known: {', '.join(vllm_args.KNOWN_VERSIONS)}")
+    gpu_indices = GpuIndicesField(
+        required=False, label="GPU indices",
+        help_text="GPUs on the host, comma-separated, e.g. 0, 1: exactly tensor x pipeline x "
+                  "data parallel size of them; blank only on a host without GPUs")
+    args = VllmArgsField(
+        required=False, label="vLLM arguments",
+        help_text='a JSON object, e.g. {"max_num_seqs": 256, "enable_prefix_caching": true}, '
+                  "or flags, e.g. --max-num-seqs 256 --enable-prefix-caching; checked "
+                  "against the vLLM version")
+    cpus = CpuListField(required=False, label="CPUs",
+                        help_text="CPU ids to bind to, e.g. 0-15 or 0, 2, 4; blank: unbound")
+    env = EnvLinesField(
+        required=False, label="Environment",
+        help_text=f"one NAME=value a line; values are write-only: {deployments.REDACTED} "
+                  "keeps the value held")
+    reason = forms.CharField(required=False, max_length=1000, label="Reason",
+                             widget=forms.TextInput(attrs={"size": 60}),
+                             help_text="why: kept with the revision")
+
+    class Meta:
+        model = Deployment
+        fields = ["host", "name", "enabled", "model", "port", "gpu_indices", "vllm_version",
+                  "args", "cpus", "numa_node", "env", "drain_timeout_s"]
+        labels = {"numa_node": "NUMA node", "drain_timeout_s": "Drain timeout (s)"}
+        help_texts = {
+            "host": "fixed once created",
+            "name": "letters, digits, - and _; unique on the host",
+            "model": "what vllm serve loads, e.g. meta-llama/Llama-3.1-8B-Instruct",
+            "port": "the API server's port, unique on the host (1024-65535)",
+            "numa_node": "bind to this node's CPUs and memory when CPUs is blank",
+            "drain_timeout_s": "how long a restart lets running requests finish",
+            "enabled": "unticked: the agent drains and stops it, the config is kept",
+        }
+        widgets = {"model": forms.TextInput(attrs={"size": 60})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["host"].queryset = Host.objects.order_by("hostname")
+        # A deployment cannot move: the field stays (uniqueness is checked per host) but the
+        # posted value is ignored.
+        self.fields["host"].disabled = self.instance.pk is not None
+        self.held_env = dict(self.instance.env or {}) if self.instance.pk else {}
+
+    def clean_args(self) -> object:
+        version = self.cleaned_data.get("vllm_version") or vllm_args.DEFAULT_VERSION
+        return args_from_text(self.cleaned_data.get("args") or "", version)
+
+    def clean_env(self) -> object:
+        return deployments.resolve_env(self.cleaned_data.get("env"), self.held_env)
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the draft is self.instance now; model fields, uniqueness
+        if self.errors:
+            return
+        try:
+            deployments.check(self.instance)
+        except ValidationError as exc:
+            self._update_errors(exc)

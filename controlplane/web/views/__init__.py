@@ -16,7 +16,15 @@ from controlplane.web.views.alert_rules import (
 )
 from controlplane.web.views.alerts import alert, alert_ack, alerts
 from controlplane.web.views.channels import channel_enable, channel_test, channels
-from controlplane.web.views.deployments import deployment, deployment_list, deployment_revert
+from controlplane.web.views.deployments import (
+    deployment,
+    deployment_delete,
+    deployment_edit,
+    deployment_enabled,
+    deployment_list,
+    deployment_new,
+    deployment_revert,
+)
 from controlplane.web.views.engine import engine
 from controlplane.web.views.fleet import fleet
 from controlplane.web.views.gpu import gpu
@@ -29,6 +37,7 @@ __all__ = [
     "agent_token_revoke", "api_token_revoke", "api_tokens", "audit", "user_change", "user_list",
     "alert", "alert_ack", "alert_rule", "alert_rule_delete", "alert_rule_new", "alert_rules",
     "alerts", "channel_enable", "channel_test", "channels", "deployment", "deployment_list",
-    "deployment_revert", "engine", "fleet", "gpu", "healthz",
+    "deployment_revert", "deployment_new", "deployment_edit", "deployment_enabled",
+    "deployment_delete", "engine", "fleet", "gpu", "healthz",
     "host", "silence_expire", "silences", "suggestion_action", "suggestion_list",
 ]

@@ -1,5 +1,6 @@
 """Deployments: what each vLLM instance should run, what its agent says runs, its log tail and
-its revisions (staff may revert to one)."""
+its revisions; deployers create, change, disable, revert and delete them here as through the
+API, with the same service (``fleet.deployments``: checks, revisions, the audit log)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,20 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from agents import vllm_args
 from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment, Engine
+from controlplane.web.forms import DeploymentForm
 from controlplane.web.views.access import needs
 from controlplane.web.views.suggestions import annotated
 
-deployments_access = needs("fleet.view_deployment", "fleet.change_deployment")
+ADD, CHANGE, DELETE = ("fleet.add_deployment", "fleet.change_deployment",
+                       "fleet.delete_deployment")
+deployments_access = needs("fleet.view_deployment", CHANGE)
+# The form pages are for those who may use them: a GET without the permission is a 403 too.
+create_access = needs(ADD, ADD)
+change_access = needs(CHANGE, CHANGE)
+delete_access = needs(DELETE, DELETE)
 
 REVISIONS_SHOWN = 20
 SUGGESTIONS_SHOWN = 20
@@ -37,7 +46,8 @@ def deployment(request: HttpRequest, deployment_id: int) -> HttpResponse:
     config = deployments.desired_config(d)  # env values redacted: write-only
     return render(request, "web/deployments/detail.html", {
         "d": d, "engine": engine, "revisions": revisions,
-        "can_edit": request.user.has_perm("fleet.change_deployment"),
+        "can_edit": request.user.has_perm(CHANGE),
+        "can_delete": request.user.has_perm(DELETE),
         "config": config, "code_loading": deployments.code_loading(config),
         "suggestions": suggestions})
 
@@ -57,7 +67,96 @@ def deployment_revert(request: HttpRequest, deployment_id: int) -> HttpResponse:
     return redirect(reverse("web:deployment", args=[d.pk]))
 
 
+@create_access
+def deployment_new(request: HttpRequest) -> HttpResponse:
+    return _edit(request, Deployment())
+
+
+@change_access
+def deployment_edit(request: HttpRequest, deployment_id: int) -> HttpResponse:
+    return _edit(request, get_object_or_404(Deployment.objects.select_related("host"),
+                                            pk=deployment_id))
+
+
+def _edit(request: HttpRequest, d: Deployment) -> HttpResponse:
+    """GET: the form. POST: shapes and the service's checks (400 naming each field, nothing
+    stored), then ``deployments.save``: 403 for what needs fleet.deploy_code, as the API."""
+    creating = d.pk is None
+    form = DeploymentForm(request.POST or None, instance=d)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                made = deployments.save(form.instance, request.user,
+                                        form.cleaned_data.get("reason", ""))
+            except deployments.CodeNotPermitted as exc:
+                form.add_error(None, f"Needs the permission {deployments.DEPLOY_CODE}.")
+                form._update_errors(exc)
+                status = 403
+            except ValidationError as exc:  # changed meanwhile (a GPU taken by another)
+                form._update_errors(exc)
+            else:
+                messages.success(request, _saved(form.instance, creating, made))
+                return redirect(reverse("web:deployment", args=[form.instance.pk]))
+    return render(request, "web/deployments/form.html", {
+        "form": form, "d": d, "creating": creating,
+        "versions": vllm_args.KNOWN_VERSIONS,
+        "catalog": _catalog(form["vllm_version"].value() or vllm_args.DEFAULT_VERSION),
+        "may_load_code": deployments.may_load_code(request.user)}, status=status)
+
+
+def _saved(d: Deployment, creating: bool, made) -> str:
+    if creating:
+        return f"Deployment {d.name!r} created as revision 1."
+    if made is None:
+        return "Nothing changed: no new revision."
+    return f"Saved as revision {d.revision}: the agent applies it by a graceful restart."
+
+
+def _catalog(version: str) -> list[vllm_args.ArgSpec]:
+    """The arguments the form's version accepts, for the reference beside the field."""
+    try:
+        return list(vllm_args.available(version).values())
+    except ValueError:
+        return []
+
+
+@change_access
+@require_POST
+def deployment_enabled(request: HttpRequest, deployment_id: int) -> HttpResponse:
+    """Disable (the agent drains and stops it, the config is kept) or enable again: a new
+    revision like any change."""
+    d = get_object_or_404(Deployment, pk=deployment_id)
+    d.enabled = request.POST.get("enabled") == "1"
+    verb = "enabled" if d.enabled else "disabled"
+    reason = request.POST.get("reason", "")[:1000] or f"{verb} from the deployment's page"
+    try:
+        made = deployments.save(d, request.user, reason)
+    except ValidationError as exc:  # CodeNotPermitted too, though enabled is neutral
+        messages.error(request, f"Not {verb}: {_why(exc)}")
+    else:
+        messages.success(request, f"{d.name} {verb} as revision {d.revision}." if made
+                         else f"{d.name} was {verb} already.")
+    return redirect(reverse("web:deployment", args=[d.pk]))
+
+
+@delete_access
+def deployment_delete(request: HttpRequest, deployment_id: int) -> HttpResponse:
+    """GET asks for confirmation; POST deletes (the agent drains and stops it)."""
+    d = get_object_or_404(Deployment.objects.select_related("host"), pk=deployment_id)
+    if request.method != "POST":
+        return render(request, "web/deployments/delete.html", {"d": d})
+    deployments.delete(d)
+    messages.success(request, f"Deployment {d.name!r} deleted: the agent on "
+                              f"{d.host.hostname} drains and stops it.")
+    return redirect(reverse("web:deployments"))
+
+
 def _why(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
+        if hasattr(exc, "error_dict"):
+            return "; ".join(f"{field}: {m}" for field, msgs in exc.message_dict.items()
+                             for m in msgs)
         return "; ".join(exc.messages)
     return "choose a revision"
