@@ -74,8 +74,8 @@ def _rate(name: str, unit: str, description: str) -> Metric:
     return Metric(name, unit, "rate", description, low=0.0)
 
 
-def _histogram(name: str, description: str) -> Metric:
-    return Metric(name, "s", "histogram", description)
+def _histogram(name: str, description: str, unit: str = "s") -> Metric:
+    return Metric(name, unit, "histogram", description)
 
 
 CATALOG: tuple[Metric, ...] = (
@@ -132,6 +132,38 @@ CATALOG: tuple[Metric, ...] = (
     _histogram("engine.itl_seconds", "Inter-token latency"),
     _histogram("engine.e2e_seconds", "End-to-end request latency"),
     _histogram("engine.queue_seconds", "Time spent waiting in the queue"),
+    # engine: the signals of issue 19 (vLLM); each absent where the release or config lacks it
+    Metric("engine.requests_waiting_capacity", "count", "gauge",
+           "Requests waiting for scheduling capacity (vLLM 0.20+)", low=0),
+    Metric("engine.requests_waiting_deferred", "count", "gauge",
+           "Requests waiting, deferred by a transient constraint: LoRA budget, KV transfer, "
+           "blocked (vLLM 0.20+)", low=0),
+    _rate("engine.finished_stop_per_s", "1/s",
+          "Requests finished by a stop condition (EOS token, stop string) per second"),
+    _rate("engine.finished_length_per_s", "1/s",
+          "Requests finished at max_tokens or the model's length limit per second"),
+    _rate("engine.finished_abort_per_s", "1/s",
+          "Requests aborted (client gone, cancelled) per second"),
+    _rate("engine.finished_error_per_s", "1/s",
+          "Requests ended by an error per second (recent vLLM releases)"),
+    _rate("engine.spec_draft_tokens_per_s", "tokens/s",
+          "Speculative decoding: draft tokens proposed per second"),
+    _rate("engine.spec_accepted_tokens_per_s", "tokens/s",
+          "Speculative decoding: draft tokens accepted per second"),
+    Metric("engine.spec_acceptance_rate", "ratio", "gauge",
+           "Speculative decoding: accepted / draft tokens over the interval, 0-1", low=0.0,
+           high=1.0),
+    Metric("engine.lora_running", "count", "gauge", "LoRA adapters with running requests",
+           low=0, integer=True),
+    Metric("engine.lora_waiting", "count", "gauge", "LoRA adapters with waiting requests",
+           low=0, integer=True),
+    _histogram("engine.iteration_tokens", "Tokens per engine step (prefill + decode): the "
+               "batch size", "tokens"),
+    _histogram("engine.prompt_length_tokens", "Prompt length of finished requests", "tokens"),
+    _histogram("engine.generation_length_tokens", "Generated length of finished requests",
+               "tokens"),
+    _histogram("engine.prefill_kv_computed_tokens", "Prompt tokens a finished request computed "
+               "at prefill, prefix-cache hits excluded (vLLM 0.13+)", "tokens"),
     # process (the vLLM processes)
     Metric("proc.cpu_pct", "%", "gauge", "Process CPU time over the interval (100 = one core)",
            low=0.0),

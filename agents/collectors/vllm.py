@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
-from agents.collectors.vllm_names import DEFAULT_ENGINE, GAUGES
+from agents.collectors.vllm_names import DEFAULT_ENGINE, GAUGE_KEYS
 from agents.collectors.vllm_parse import EngineReadings, Memo, VllmMetricsError, parse_metrics
 from agents.collectors.vllm_rates import interval_values
 from agents.protocol import wire_keys
@@ -141,7 +141,7 @@ class VllmCollector:
         for engine, readings in engines.items():
             sample: dict[str, Any] = {"name": self.engine_name(engine), "up": 1}
             sample.update((key, _gauge(key, readings.gauges[key]))
-                          for key in GAUGES if key in readings.gauges)
+                          for key in GAUGE_KEYS if key in readings.gauges)
             prev = self._prev.get(engine)
             if prev is not None and dt is not None and dt > 0:
                 sample.update(interval_values(prev, readings, dt))

@@ -18,10 +18,19 @@ GAUGES: dict[str, tuple[str, ...]] = {
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 }
 
+# Gauges split by one label, read one label value at a time: key -> (families, label, value).
+# waiting_by_reason came in vLLM 0.20 (capacity + deferred = num_requests_waiting); before it
+# the keys are absent. A reason a release does not print is absent too, never 0.
+GAUGE_PARTS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    f"requests_waiting_{reason}": (("vllm:num_requests_waiting_by_reason",), "reason", reason)
+    for reason in ("capacity", "deferred")
+}
+
 # Counters, summed over their other labels (finished_reason, reason) per engine. The agent
 # sends most of them as per-second rates; the two prefix-cache counters only feed
-# prefix_cache_hit_rate. gpu_prefix_cache_* counted blocks, prefix_cache_* counts tokens: both
-# were renamed in the same release, so a hit rate never mixes the two units.
+# prefix_cache_hit_rate, and the two spec_decode ones also feed spec_acceptance_rate.
+# gpu_prefix_cache_* counted blocks, prefix_cache_* counts tokens: both were renamed in the
+# same release, so a hit rate never mixes the two units.
 COUNTERS: dict[str, tuple[str, ...]] = {
     "preemptions": ("vllm:num_preemptions",),
     "prompt_tokens": ("vllm:prompt_tokens",),
@@ -30,6 +39,17 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "admission_rejections": ("vllm:admission_rejections",),  # recent vLLM (0.32 has it)
     "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
     "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+    # Only with --speculative-config; V0 (spec_decode_num_*_tokens_total) has the same names.
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens",),
+    "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens",),
+}
+
+# Counters split by one label, as GAUGE_PARTS. request_success's finished_reason: stop,
+# length, abort in every release; error only in recent ones (0.10.2 lacks it), and V0 prints a
+# reason only once a request has finished so. (repetition, in 0.32+, stays in the sum only.)
+COUNTER_PARTS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    f"finished_{reason}": (("vllm:request_success",), "finished_reason", reason)
+    for reason in ("stop", "length", "abort", "error")
 }
 
 # Counter -> the catalog rate key it is sent as.
@@ -39,6 +59,9 @@ RATES: dict[str, str] = {
     "generation_tokens": "generation_tokens_per_s",
     "requests_finished": "requests_finished_per_s",
     "admission_rejections": "admission_rejections_per_s",
+    **{key: f"{key}_per_s" for key in COUNTER_PARTS},
+    "spec_draft_tokens": "spec_draft_tokens_per_s",
+    "spec_accepted_tokens": "spec_accepted_tokens_per_s",
 }
 
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
@@ -48,7 +71,23 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "itl_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     "e2e_seconds": ("vllm:e2e_request_latency_seconds",),
     "queue_seconds": ("vllm:request_queue_time_seconds",),
+    # Token counts, not seconds. iteration_tokens_total is a histogram despite its name.
+    "iteration_tokens": ("vllm:iteration_tokens_total",),
+    "prompt_length_tokens": ("vllm:request_prompt_tokens",),
+    "generation_length_tokens": ("vllm:request_generation_tokens",),
+    "prefill_kv_computed_tokens": ("vllm:request_prefill_kv_computed_tokens",),  # 0.13+
 }
+
+# Only with --enable-lora: a gauge whose value is the time it was last set and whose labels
+# hold the adapters (comma-separated names) and max_lora. Each new label set is a new series
+# and the old ones stay, so the newest one (highest value) is the current state. V0 printed
+# it without LoRA too, with max_lora="0": that is no LoRA, so absent.
+LORA_INFO = "vllm:lora_requests_info"
+LORA_KEYS = {"lora_running": "running_lora_adapters", "lora_waiting": "waiting_lora_adapters"}
+MAX_LORA_LABEL = "max_lora"
+
+# Every gauge key a reading may hold, in the order the collector sends them.
+GAUGE_KEYS = (*GAUGES, *GAUGE_PARTS, *LORA_KEYS)
 
 # A gauge of value 1 whose labels carry the cache config (block_size, num_gpu_blocks, ...).
 CACHE_CONFIG = "vllm:cache_config_info"
@@ -60,11 +99,14 @@ DEFAULT_ENGINE = "0"
 
 
 def wanted_families() -> tuple[str, ...]:
-    names = [CACHE_CONFIG]
+    names = [CACHE_CONFIG, LORA_INFO]
     for table in (GAUGES, COUNTERS, HISTOGRAMS):
         for families in table.values():
             names.extend(families)
-    return tuple(names)
+    for parts in (GAUGE_PARTS, COUNTER_PARTS):
+        names.extend(family for families, _label, _value in parts.values()
+                     for family in families)
+    return tuple(dict.fromkeys(names))
 
 
 def _wanted_line_pattern() -> re.Pattern[str]:

@@ -14,11 +14,16 @@ from prometheus_client.samples import Sample
 
 from agents.collectors.vllm_names import (
     CACHE_CONFIG,
+    COUNTER_PARTS,
     COUNTERS,
     DEFAULT_ENGINE,
     ENGINE_LABEL,
+    GAUGE_PARTS,
     GAUGES,
     HISTOGRAMS,
+    LORA_INFO,
+    LORA_KEYS,
+    MAX_LORA_LABEL,
     MODEL_LABEL,
 )
 from agents.collectors.vllm_text import Families, Memo, VllmMetricsError, parse_families
@@ -60,6 +65,8 @@ def parse_metrics(text: str, memo: Memo | None = None) -> dict[str, EngineReadin
     engines: dict[str, EngineReadings] = {}
     _read_gauges(families, engines)
     _read_counters(families, engines)
+    _read_parts(families, engines)
+    _read_lora(families, engines)
     _read_histograms(families, engines)
     _read_config(families, engines)
     return dict(sorted(engines.items(), key=lambda item: _engine_order(item[0])))
@@ -80,10 +87,14 @@ def _engine(engines: dict[str, EngineReadings], labels: dict[str, str]) -> Engin
 
 
 def _sum_by_engine(samples: list[Sample], sample_name: str,
-                   engines: dict[str, EngineReadings]) -> dict[str, float]:
+                   engines: dict[str, EngineReadings],
+                   where: tuple[str, str] | None = None) -> dict[str, float]:
+    """Per engine, the sum of the samples named `sample_name` (only those whose label
+    where[0] has the value where[1], when given)."""
     totals: dict[str, float] = {}
     for sample in samples:
-        if sample.name == sample_name:
+        if sample.name == sample_name and (
+                where is None or sample.labels.get(where[0]) == where[1]):
             engine = _engine(engines, sample.labels).engine
             totals[engine] = totals.get(engine, 0.0) + sample.value
     return totals
@@ -106,6 +117,42 @@ def _read_counters(families: Families, engines: dict[str, EngineReadings]) -> No
                 for engine, value in totals.items():
                     if math.isfinite(value):
                         engines[engine].counters.setdefault(key, CounterReading(source, value))
+
+
+def _read_parts(families: Families, engines: dict[str, EngineReadings]) -> None:
+    """The gauges and counters read one label value at a time (waiting and finished requests
+    by reason). A label value the page does not print gives no reading: absent, never 0."""
+    for table, suffix in ((GAUGE_PARTS, ""), (COUNTER_PARTS, "_total")):
+        for key, (sources, label, value) in table.items():
+            for source in sources:
+                if source not in families:
+                    continue
+                totals = _sum_by_engine(families[source], source + suffix, engines,
+                                        (label, value))
+                for engine, total in totals.items():
+                    if not math.isfinite(total):
+                        continue
+                    if suffix:
+                        engines[engine].counters.setdefault(key, CounterReading(source, total))
+                    else:
+                        engines[engine].gauges.setdefault(key, total)
+
+
+def _read_lora(families: Families, engines: dict[str, EngineReadings]) -> None:
+    """Adapters running and waiting, from the newest lora_requests_info series (its value is
+    when it was set). It has no engine label: it goes to engine "0", like admission_rejections.
+    """
+    samples = [s for s in families.get(LORA_INFO, ()) if s.name == LORA_INFO
+               and math.isfinite(s.value)]
+    if not samples:
+        return
+    newest = max(samples, key=lambda s: s.value)
+    if newest.labels.get(MAX_LORA_LABEL, "0") in ("", "0"):
+        return  # V0 prints it with max_lora="0" when LoRA is off: no adapters to count
+    readings = _engine(engines, newest.labels)
+    for key, label in LORA_KEYS.items():
+        names = newest.labels.get(label, "")
+        readings.gauges[key] = len({name for name in names.split(",") if name.strip()})
 
 
 def _read_histograms(families: Families, engines: dict[str, EngineReadings]) -> None:

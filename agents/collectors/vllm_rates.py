@@ -1,5 +1,5 @@
-"""Per-interval values from two scrapes of one engine: rates, prefix-cache hit rate, and
-histogram bucket deltas, as docs/protocol.md puts them on the wire.
+"""Per-interval values from two scrapes of one engine: rates, prefix-cache hit rate, draft
+acceptance rate, and histogram bucket deltas, as docs/protocol.md puts them on the wire.
 
 A counter that went down means the engine restarted, so its new value is the increase since
 zero (what Prometheus' rate() assumes). A histogram restarted if any cumulative bucket, or its
@@ -24,6 +24,9 @@ def interval_values(prev: EngineReadings, cur: EngineReadings, dt: float) -> dic
     queries, hits = deltas.get("prefix_cache_queries"), deltas.get("prefix_cache_hits")
     if queries and hits is not None:  # no queries in the interval: no hit rate, not 0
         values["prefix_cache_hit_rate"] = min(hits / queries, 1.0)
+    drafts, accepted = deltas.get("spec_draft_tokens"), deltas.get("spec_accepted_tokens")
+    if drafts and accepted is not None:  # no drafts in the interval: no acceptance rate
+        values["spec_acceptance_rate"] = min(accepted / drafts, 1.0)
     for key, histogram in cur.histograms.items():
         before = prev.histograms.get(key)
         delta = histogram_delta(before, histogram) if before is not None else None

@@ -66,7 +66,11 @@ def test_the_first_scrape_has_gauges_but_no_rates_or_histograms(name):
     assert first == {"name": "vllm:8000/0", "up": 1,
                      "requests_running": series(text, "vllm:num_requests_running"),
                      "requests_waiting": series(text, "vllm:num_requests_waiting"),
-                     "kv_cache_usage": series(text, "vllm:kv_cache_usage_perc")}
+                     "kv_cache_usage": series(text, "vllm:kv_cache_usage_perc"),
+                     "requests_waiting_capacity": series(
+                         text, "vllm:num_requests_waiting_by_reason", reason="capacity"),
+                     "requests_waiting_deferred": series(
+                         text, "vllm:num_requests_waiting_by_reason", reason="deferred")}
 
 
 def test_rates_are_the_counter_increase_over_the_monotonic_interval():

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from agents.collectors.vllm_names import COUNTERS, GAUGES, HISTOGRAMS
+from agents.collectors.vllm_names import (
+    COUNTER_PARTS,
+    COUNTERS,
+    GAUGE_PARTS,
+    GAUGES,
+    HISTOGRAMS,
+)
 from agents.collectors.vllm_parse import VllmMetricsError, parse_metrics
 from tests.agents.vllm_samples import (
     MALFORMED,
@@ -85,7 +91,9 @@ def test_v0_names_map_to_the_catalog_keys_on_engine_0():
         "prompt_tokens": series(text, "vllm:prompt_tokens_total"),
         "generation_tokens": series(text, "vllm:generation_tokens_total"),
         "requests_finished": series(text, "vllm:request_success_total"),
-    }  # V0 had no admission_rejections and no prefix-cache counters: absent
+        "finished_stop": series(text, "vllm:request_success_total", finished_reason="stop"),
+    }  # V0 had no admission_rejections and no prefix-cache counters: absent; and it prints a
+    # finished_reason only once a request finished so (this page has only "stop")
 
 
 def test_the_v0_cache_config_becomes_engine_0s_config():
@@ -130,8 +138,10 @@ def test_a_single_engine_page_fills_every_engine_key():
     readings = engines["0"]
     assert readings.model == "Qwen/Qwen3-8B" == label_sets(
         text, "vllm:kv_cache_usage_perc")[0]["model_name"]
-    assert set(readings.gauges) == set(GAUGES)
-    assert set(readings.counters) == set(COUNTERS)
+    assert set(readings.gauges) == set(GAUGES) | set(GAUGE_PARTS)
+    # No spec_decode counters without --speculative-config, which this page was not run with.
+    spec = {"spec_draft_tokens", "spec_accepted_tokens"}
+    assert set(readings.counters) == set(COUNTERS) - spec | set(COUNTER_PARTS)
     assert readings.counters["requests_finished"].value == series(
         text, "vllm:request_success_total", engine="0")  # summed over finished_reason
     assert readings.counters["admission_rejections"].value == series(
@@ -139,7 +149,11 @@ def test_a_single_engine_page_fills_every_engine_key():
     families = {"ttft_seconds": "vllm:time_to_first_token_seconds",
                 "itl_seconds": "vllm:inter_token_latency_seconds",
                 "e2e_seconds": "vllm:e2e_request_latency_seconds",
-                "queue_seconds": "vllm:request_queue_time_seconds"}
+                "queue_seconds": "vllm:request_queue_time_seconds",
+                "iteration_tokens": "vllm:iteration_tokens_total",
+                "prompt_length_tokens": "vllm:request_prompt_tokens",
+                "generation_length_tokens": "vllm:request_generation_tokens",
+                "prefill_kv_computed_tokens": "vllm:request_prefill_kv_computed_tokens"}
     assert set(readings.histograms) == set(families)
     for key, family in families.items():
         _histogram_matches_file(text, readings.histograms[key], family, "0")
@@ -154,6 +168,8 @@ def test_each_data_parallel_engine_is_an_engine_with_its_own_values():
             "requests_running": series(text, "vllm:num_requests_running", engine=engine),
             "requests_waiting": series(text, "vllm:num_requests_waiting", engine=engine),
             "kv_cache_usage": series(text, "vllm:kv_cache_usage_perc", engine=engine),
+            **{key: series(text, family, engine=engine, **{label: value})
+               for key, ((family,), label, value) in GAUGE_PARTS.items()},
         }
         assert readings.counters["generation_tokens"].value == series(
             text, "vllm:generation_tokens_total", engine=engine)
@@ -242,13 +258,24 @@ def test_every_release_defines_a_source_for_each_mapped_key(defs_file):
     missing = {"admission_rejections"} if defs_file != "defs_0.33.0.tsv" else set()
     if defs_file.startswith("defs_v0"):
         missing |= {"prefix_cache_queries", "prefix_cache_hits"}
-    for key, sources in {**GAUGES, **COUNTERS, **HISTOGRAMS}.items():
+    else:  # V1 defines these in vllm/v1/spec_decode/metrics.py, not in loggers.py (the defs)
+        missing |= {"spec_draft_tokens", "spec_accepted_tokens"}
+    if defs_file in ("defs_v0_0.6.6.post1.tsv", "defs_0.10.2.tsv", "defs_0.11.0.tsv"):
+        missing |= {"prefill_kv_computed_tokens"}  # came in 0.13
+    if defs_file not in ("defs_0.20.0.tsv", "defs_0.33.0.tsv"):
+        missing |= set(GAUGE_PARTS)  # num_requests_waiting_by_reason came in 0.20
+    parts = {key: sources for key, (sources, _label, _value) in
+             {**GAUGE_PARTS, **COUNTER_PARTS}.items()}
+    for key, sources in {**GAUGES, **COUNTERS, **HISTOGRAMS, **parts}.items():
         assert (key in missing) != any(source in defined for source in sources), key
 
 
 def test_the_preferred_name_of_every_key_is_the_newest_releases_name():
     defined = defined_families("defs_0.33.0.tsv")
-    for sources in {**GAUGES, **COUNTERS, **HISTOGRAMS}.values():
+    for key, sources in {**GAUGES, **COUNTERS, **HISTOGRAMS}.items():
+        if key.startswith("spec_"):  # not in loggers.py: V0's names, still V1's (see above)
+            assert sources[0] in defined_families("defs_v0_0.6.6.post1.tsv")
+            continue
         assert sources[0] in defined
 
 
@@ -271,8 +298,12 @@ def test_the_real_0_32_capture_gives_every_catalog_key():
     assert readings.gauges == {
         "requests_running": series(text, "vllm:num_requests_running"),
         "requests_waiting": series(text, "vllm:num_requests_waiting"),
-        "kv_cache_usage": series(text, "vllm:kv_cache_usage_perc")}
-    assert readings.counters.keys() == set(COUNTERS)
+        "kv_cache_usage": series(text, "vllm:kv_cache_usage_perc"),
+        **{key: series(text, family, **{label: value})
+           for key, ((family,), label, value) in GAUGE_PARTS.items()}}
+    # Served without --speculative-config and --enable-lora: no spec_decode, no LoRA keys.
+    spec = {"spec_draft_tokens", "spec_accepted_tokens"}
+    assert readings.counters.keys() == set(COUNTERS) - spec | set(COUNTER_PARTS)
     assert readings.counters["requests_finished"].value == series(
         text, "vllm:request_success_total")
     assert readings.histograms.keys() == set(HISTOGRAMS)
