@@ -1,4 +1,7 @@
-"""The diagnoses: from one deployment's facts over a window to a suggestion, or none.
+"""The diagnoses: from one vLLM server's facts over a window to a suggestion, or none.
+
+A server is a deployment (Pitwall runs it) or an engine Pitwall only watches; both get every
+diagnosis (for the second, fragments.py turns the changes into flags to paste).
 
 Each diagnosis is a plain function of ``Facts`` (facts.py) returning a ``Finding`` or None, so
 it can be read, tested and tuned on its own. The thresholds are named at the top with why; a
@@ -38,6 +41,13 @@ FOREIGN_MIN = 1 * GIB  # GPU memory beyond the engine's share worth a word
 FOREIGN_CEILING = 0.95  # vLLM's share plus the foreign memory: at most this of the GPU
 MAX_BATCHED_TOKENS = 65536
 MIN_BATCHED_TOKENS = 2048
+# Prefill starving TTFT: how far one suggestion raises the token budget. The predicted ITL p99
+# (linear in tokens per step, below) may reach ITL_TARGET of its objective: the margin covers
+# the p99's noise. Under MIN_GROWTH a restart is not worth it; over MAX_GROWTH it is one step
+# too many at once (the next pass can go on).
+ITL_TARGET = 0.9
+BUDGET_GROWTH = (1.25, 2.0)
+BUDGET_STEP = 256  # tokens: proposals are multiples of it
 IDLE_PER_S = 0.05  # requests/s: one every 20 s
 # The reference host (the issue's): what vLLM at fleet scale wants per host.
 REFERENCE = {"gpu_mem_bytes": 24 * 10**9, "cpu_count": 8, "mem_total_bytes": 64 * 10**9}
@@ -52,10 +62,11 @@ class Finding:
     severity: float
     changes: list[dict[str, Any]] = field(default_factory=list)
     evidence: list[dict[str, Any]] = field(default_factory=list)
+    command: str = ""  # for an engine Pitwall does not run: the change to paste (fragments.py)
 
 
 def diagnose(facts: Facts) -> list[Finding]:
-    """Every diagnosis's finding for this deployment (most have none)."""
+    """Every diagnosis's finding for this server (most have none)."""
     found = [check(facts) for check in DIAGNOSES]
     return [f for f in found if f is not None]
 
@@ -65,19 +76,37 @@ def diagnose(facts: Facts) -> list[Finding]:
 
 def arg(facts: Facts, name: str, default: Any = None) -> Any:
     """A vLLM argument as configured, else as the engine reports it, else ``default``, else
-    vLLM's own default on the deployment's GPU (agents.vllm_args.serve_default)."""
+    vLLM's own default on the server's GPU (agents.vllm_args.serve_default)."""
     if default is None:
         gpu = facts.gpus[0] if facts.gpus else None
         default = vllm_args.serve_default(name, gpu and gpu.mem_total_bytes,
                                           gpu.name if gpu else "")
-    args = facts.deployment.args or {}
-    if name in args:
-        return args[name]
-    value = facts.engine_config.get(name)
+    if name in facts.args:
+        return facts.args[name]
+    value = reported(facts, name)
+    if value is None or default is None:
+        return default if value is None else value
     try:
-        return type(default)(value) if value is not None else default
+        return type(default)(value)
     except (TypeError, ValueError):
         return default
+
+
+def reported(facts: Facts, name: str) -> Any:
+    """What the engine reports for an argument (its cache_config_info labels, or the flags in
+    effect, at the top of its config or under "args"); None where it says nothing or "None"
+    (how vLLM's labels spell an unset field)."""
+    config = facts.engine_config or {}
+    nested = config.get("args") if isinstance(config.get("args"), dict) else {}
+    value = config.get(name, nested.get(name))
+    return None if value in (None, "", "None") else value
+
+
+def assumed(facts: Facts, name: str) -> bool:
+    """The value is vLLM's default, neither set by Pitwall nor reported by the engine: true of
+    the scheduler budget of most engines Pitwall does not run (vLLM's metrics do not carry
+    it)."""
+    return name not in facts.args and reported(facts, name) is None
 
 
 def evidence(facts: Facts, metric: str, stat: str, value: float | None, threshold: str,
@@ -133,9 +162,15 @@ KV_CAP_GROWTH = (2.0, 4.0)
 
 
 def _kv_cap(facts: Facts) -> tuple[str, int] | None:
-    args = facts.deployment.args or {}
-    return next(((name, args[name]) for name in KV_CAPS
-                 if isinstance(args.get(name), int) and args[name] > 0), None)
+    for name in KV_CAPS:
+        value = facts.args.get(name) if facts.deployment is not None else reported(facts, name)
+        try:
+            value = int(value) if value is not None else 0
+        except (TypeError, ValueError):
+            continue
+        if value > 0:
+            return name, value
+    return None
 
 
 def _raise_kv_cap(facts: Facts, cap: tuple[str, int], proof: list) -> Finding:
@@ -237,28 +272,60 @@ def _objectives() -> tuple[float, float]:
     return conf["ALERT_TTFT_P99_OBJECTIVE_MS"] / 1000, conf["TUNING_ITL_P99_OBJECTIVE_MS"] / 1000
 
 
+def budget_raise(tokens: int, itl_p99: float, itl_slo: float) -> tuple[int, float] | None:
+    """The token budget prefill may grow to, and the ITL p99 predicted there; None when the
+    ITL headroom does not allow a raise worth a restart.
+
+    The model: in a prefill-starved engine the steps run full (prompts wait for budget), a
+    decode's inter-token latency is the length of the step it shares, and a step's length
+    grows about linearly with the tokens in it. Taking all of it as proportional to the budget
+    (predicted ITL = ITL p99 x proposed / current) over-states the growth, since the decode
+    share and the fixed cost of a step do not grow with it: the cap errs on the safe side.
+    The budget grows until the predicted ITL p99 reaches ITL_TARGET of its objective, by
+    BUDGET_GROWTH at least and at most, to a multiple of BUDGET_STEP."""
+    low, high = BUDGET_GROWTH
+    room = ITL_TARGET * itl_slo / max(itl_p99, 1e-6)
+    if room < low or tokens >= MAX_BATCHED_TOKENS:
+        return None
+    proposed = min(MAX_BATCHED_TOKENS, int(tokens * min(room, high)) // BUDGET_STEP * BUDGET_STEP)
+    if proposed < tokens * low:
+        return None
+    return proposed, itl_p99 * proposed / tokens
+
+
 def prefill_ttft(facts: Facts) -> Finding | None:
     ttft_slo, itl_slo = _objectives()
     if not _enough(facts) or facts.ttft_p99 is None or facts.itl_p99 is None \
-            or facts.ttft_p99 <= ttft_slo or facts.itl_p99 > itl_slo / 2 \
+            or facts.ttft_p99 <= ttft_slo or facts.itl_p99 >= itl_slo \
             or (facts.kv_avg or 0) >= KV_HIGH or _starved(facts):
         return None  # a full KV cache or a starved CPU explains TTFT better
     tokens = int(arg(facts, "max_num_batched_tokens"))
-    if tokens >= MAX_BATCHED_TOKENS:
+    raised = budget_raise(tokens, facts.itl_p99, itl_slo)
+    if raised is None:
         return None
+    proposed, predicted = raised
+    room = ITL_TARGET * itl_slo / BUDGET_GROWTH[0]
     return Finding(
-        Kind.PREFILL_TTFT, confidence=0.7, severity=facts.ttft_p99 / ttft_slo,
+        # More ITL headroom, surer that the bigger steps fit: 0.55 at the least raise, 0.7
+        # at the largest.
+        Kind.PREFILL_TTFT, confidence=round(0.55 + 0.15 * (proposed / tokens - 1), 2),
+        severity=facts.ttft_p99 / ttft_slo,
         evidence=[evidence(facts, "engine.ttft_seconds", "p99", facts.ttft_p99,
                            f"> {ttft_slo:g} s (objective)"),
                   evidence(facts, "engine.itl_seconds", "p99", facts.itl_p99,
-                           f"<= {itl_slo / 2:g} s (half the objective)")],
-        changes=[change("args.max_num_batched_tokens", tokens,
-                        min(MAX_BATCHED_TOKENS, tokens * 2))],
-        reasoning=(f"TTFT p99 was {facts.ttft_p99:.2f} s, over the {ttft_slo:g} s objective, "
-                   f"while ITL p99 stayed at {facts.itl_p99 * 1000:.0f} ms: prompts wait for "
-                   f"prefill chunks of {tokens} tokens; decodes have room to share bigger "
-                   f"steps."),
-        expected="Lower TTFT p99; ITL p99 rises a little but stays under the objective.")
+                           f"< {room * 1000:.0f} ms (room for {BUDGET_GROWTH[0]:g}x the "
+                           f"tokens per step under {ITL_TARGET:.0%} of the "
+                           f"{itl_slo * 1000:g} ms objective)")],
+        changes=[change("args.max_num_batched_tokens", tokens, proposed)],
+        reasoning=(f"TTFT p99 was {facts.ttft_p99:.2f} s, {facts.ttft_p99 / ttft_slo:.1f}x "
+                   f"the {ttft_slo:g} s objective, while ITL p99 stayed at "
+                   f"{facts.itl_p99 * 1000:.0f} ms of its {itl_slo * 1000:g} ms: prompts wait "
+                   f"for prefill chunks of {tokens} tokens. Steps of {proposed} tokens "
+                   f"(x{proposed / tokens:.2f}) should put ITL p99 near "
+                   f"{predicted * 1000:.0f} ms, taking step time as linear in its tokens, "
+                   f"which over-states it."),
+        expected=(f"Lower TTFT p99; ITL p99 up to about {predicted * 1000:.0f} ms, under the "
+                  f"{itl_slo * 1000:g} ms objective."))
 
 
 def prefill_itl(facts: Facts) -> Finding | None:
@@ -309,15 +376,14 @@ def cpu_starvation(facts: Facts) -> Finding | None:
         facts.gpu_util_avg
     if not _enough(facts) or not _starved(facts) or util is None:
         return None
-    d = facts.deployment
-    current = list(d.cpus) if d.cpus else None
-    want = min(8, max(4, 2 + 2 * world_size(d.args or {})))
+    current = _bound_cpus(facts)
+    want = min(8, max(4, 2 + 2 * world_size(facts.args or _reported_parallelism(facts))))
     proposed = _cpus_near_gpus(facts, want) or current
     changes = []
     if proposed and proposed != current:
         changes.append(change("cpus", current, proposed))
     servers = int(arg(facts, "api_server_count", 1))
-    if "api_server_count" in _arg_names(d.vllm_version):
+    if "api_server_count" in _arg_names(facts.vllm_version or vllm_args.DEFAULT_VERSION):
         changes.append(change("args.api_server_count", servers, servers + 1))
     proof = [evidence(facts, "gpu.util_pct", "avg", util, f"< {GPU_BUSY:g} %", "gpu",
                       facts.gpus[0].id if facts.gpus else None)]
@@ -337,6 +403,21 @@ def cpu_starvation(facts: Facts) -> Finding | None:
                    + ": the engine loop cannot feed the GPU. vLLM wants 4-8 dedicated cores "
                      "per instance and more API server processes under load."),
         expected="GPU utilisation up, step times and TTFT down at the same load.")
+
+
+def _bound_cpus(facts: Facts) -> list[int] | None:
+    """The CPUs the server is bound to: a deployment's ``cpus``; for an engine Pitwall does
+    not run, its processes' affinity where it is narrower than the host (else None:
+    unbound)."""
+    if facts.deployment is not None:
+        return list(facts.deployment.cpus) if facts.deployment.cpus else None
+    cpus = sorted(facts.proc_cpus)
+    return cpus if cpus and len(cpus) < (facts.host.cpu_count or 0) else None
+
+
+def _reported_parallelism(facts: Facts) -> dict[str, int]:
+    names = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+    return {n: int(arg(facts, n, 1)) for n in names}
 
 
 def _arg_names(version: str) -> set[str]:
@@ -361,8 +442,10 @@ def _cpus_near_gpus(facts: Facts, count: int) -> list[int] | None:
 
 
 def _taken_cpus(facts: Facts) -> set[int]:
-    others = Deployment.objects.filter(host_id=facts.host.id, enabled=True).exclude(
-        pk=facts.deployment.pk).values_list("cpus", flat=True)
+    others = Deployment.objects.filter(host_id=facts.host.id, enabled=True)
+    if facts.deployment is not None:
+        others = others.exclude(pk=facts.deployment.pk)
+    others = others.values_list("cpus", flat=True)
     return {c for cpus in others for c in cpus or []}
 
 
@@ -377,7 +460,6 @@ def numa_mismatch(facts: Facts) -> Finding | None:
     used = {node_of[c] for c in facts.proc_cpus if c in node_of}
     if not used or used & near:
         return None
-    d = facts.deployment
     proposed = _cpus_near_gpus(facts, max(4, min(8, len(facts.proc_cpus))))
     if not proposed:
         return None
@@ -386,7 +468,7 @@ def numa_mismatch(facts: Facts) -> Finding | None:
         evidence=[{**evidence(facts, "proc.cpu_affinity", "CPUs", None,
                               f"on NUMA node {sorted(near)}", "engine"),
                    "value": sorted(facts.proc_cpus), "nodes": sorted(used)}],
-        changes=[change("cpus", list(d.cpus) if d.cpus else None, proposed)],
+        changes=[change("cpus", _bound_cpus(facts), proposed)],
         reasoning=(f"The vLLM processes run on CPUs of NUMA node(s) {sorted(used)} while "
                    f"their GPUs hang off node(s) {sorted(near)}: every host-to-device copy "
                    f"and every kernel launch crosses the interconnect."),
@@ -465,13 +547,13 @@ def over_provisioned(facts: Facts) -> Finding | None:
     if facts.minutes < idle_window // 60 * 0.9 or (facts.finished_per_s or 0) >= IDLE_PER_S \
             or (facts.kv_max or 0) >= 0.1:
         return None
-    d = facts.deployment
-    tp = int((d.args or {}).get("tensor_parallel_size", 1))
+    tp = int(arg(facts, "tensor_parallel_size", 1))
+    indices = (list(facts.deployment.gpu_indices) if facts.deployment is not None
+               else [g.index for g in facts.gpus])
     changes = []
-    if tp > 1 and len(d.gpu_indices) >= 2:
-        keep = list(d.gpu_indices)[:len(d.gpu_indices) // 2]
+    if tp > 1 and len(indices) >= 2:
         changes = [change("args.tensor_parallel_size", tp, tp // 2),
-                   change("gpu_indices", list(d.gpu_indices), keep)]
+                   change("gpu_indices", indices, indices[:len(indices) // 2])]
     return Finding(
         Kind.OVER_PROVISIONED, confidence=0.6, severity=1 / max(facts.finished_per_s or
                                                                  0.001, 0.001),

@@ -1,10 +1,13 @@
-"""What the diagnoses read: each deployment's telemetry over a window, set-based.
+"""What the diagnoses read: each vLLM server's telemetry over a window, set-based.
 
-One query per table for every deployment at once, over the 1-minute rollups (a 10-minute
-window of 1,000 deployments is ~10 k engine rows and ~80 k GPU rows, where the raw tables hold
-60× that): engine gauges and rates, TTFT and ITL p99 from the summed histogram buckets (the
-alert evaluator's ``bucket_sums`` and the series API's ``histogram_quantile``), the
-deployment's GPUs, its vLLM processes, and the host's cgroup throttling. The CPUs the processes
+A server is the engines (one per data-parallel rank) an agent reports on one host and port:
+a deployment's, or one Pitwall only watches (started by systemd, Kubernetes, a script; no
+deployment at that port). One query per table for every server at once, over the 1-minute
+rollups (a 10-minute window of 1,000 servers is ~10 k engine rows and ~80 k GPU rows, where
+the raw tables hold 60× that): engine gauges and rates, TTFT and ITL p99 from the summed
+histogram buckets (the alert evaluator's ``bucket_sums`` and the series API's
+``histogram_quantile``), the server's GPUs (a deployment's own, else those its engines report),
+its vLLM processes, and the host's cgroup throttling. The CPUs the processes
 may run on are an attribute, not a series: the newest raw process rows carry them.
 """
 
@@ -32,11 +35,29 @@ def minute(at: datetime) -> datetime:
     return floor(at, 60)
 
 
+@dataclass(frozen=True)
+class Server:
+    """What a pass diagnoses: the vLLM server at ``port`` of a host; ``deployment`` where
+    Pitwall runs it, None where it only watches it."""
+
+    host_id: int
+    port: int
+    deployment: Deployment | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.host_id, self.port)
+
+    @classmethod
+    def of(cls, d: Deployment) -> Server:
+        return cls(d.host_id, d.port, d)
+
+
 @dataclass
 class Facts:
-    """One deployment over [start, end); None where nothing was reported."""
+    """One server over [start, end); None where nothing was reported."""
 
-    deployment: Deployment
+    deployment: Deployment | None  # None: an engine Pitwall does not run
     host: Host
     gpus: list[Gpu]
     engine_config: dict
@@ -62,6 +83,20 @@ class Facts:
     proc_cpu: dict[int, float] = field(default_factory=dict)  # pid -> avg % (100 = a core)
     throttled_pct: float | None = None
     proc_cpus: set[int] = field(default_factory=set)  # CPUs the processes may run on
+    engine: Engine | None = None  # the server's first engine (rank 0), where reported
+
+    @property
+    def args(self) -> dict:
+        """The vLLM arguments Pitwall set: none for a server it does not run."""
+        return (self.deployment.args or {}) if self.deployment is not None else {}
+
+    @property
+    def vllm_version(self) -> str | None:
+        """The deployment's; an engine's where it reports one (else unknown: None)."""
+        if self.deployment is not None:
+            return self.deployment.vllm_version
+        value = self.engine_config.get("vllm_version") or self.engine_config.get("version")
+        return value if isinstance(value, str) and value else None
 
     @property
     def gpu_util_avg(self) -> float | None:
@@ -72,9 +107,16 @@ class Facts:
         return max(self.proc_cpu.values()) if self.proc_cpu else None
 
 
+def port_of(engine_name: str) -> int | None:
+    """The port in an engine's name (``vllm:8000/0``), as the agent's vLLM collector names
+    it."""
+    port = engine_name[5:].partition("/")[0] if engine_name.startswith("vllm:") else ""
+    return int(port) if port.isdigit() else None
+
+
 @dataclass
 class Inventory:
-    """The hosts, GPUs and engines of some deployments: read once per pass, shared by its
+    """The hosts, GPUs and engines of some hosts: read once per pass, shared by its
     windows."""
 
     hosts: dict[int, Host]
@@ -82,51 +124,63 @@ class Inventory:
     engines: dict[tuple[int, int], list[Engine]]  # (host id, port) -> its engines, by name
 
     @classmethod
-    def load(cls, deployments: list[Deployment]) -> Inventory:
-        hosts = Host.objects.in_bulk({d.host_id for d in deployments})
+    def load(cls, host_ids: set[int]) -> Inventory:
+        hosts = Host.objects.in_bulk(host_ids)
         gpus: dict[int, dict[int, Gpu]] = defaultdict(dict)
         for gpu in Gpu.objects.filter(host_id__in=hosts, present=True).only(
-                "id", "host_id", "index", "uuid", "mem_total_bytes", "numa_node"):
+                "id", "host_id", "index", "uuid", "mem_total_bytes", "numa_node", "name"):
             gpus[gpu.host_id][gpu.index] = gpu
         engines: dict[tuple[int, int], list[Engine]] = defaultdict(list)
         for engine in Engine.objects.filter(host_id__in=hosts, name__startswith="vllm:").only(
-                "id", "host_id", "name", "config").order_by("name"):
-            port = engine.name[5:].partition("/")[0]
-            if port.isdigit():
-                engines[(engine.host_id, int(port))].append(engine)
+                "id", "host_id", "name", "config", "gpu_uuids", "present", "first_seen",
+                "model").order_by("name"):
+            if (port := port_of(engine.name)) is not None:
+                engines[(engine.host_id, port)].append(engine)
         return cls(hosts, gpus, engines)
 
+    def server_gpus(self, server: Server) -> list[Gpu]:
+        """A deployment's GPUs; else the ones its engines report running on."""
+        on_host = self.gpus.get(server.host_id, {})
+        if server.deployment is not None:
+            return [on_host[i] for i in server.deployment.gpu_indices if i in on_host]
+        uuids = {u for e in self.engines.get(server.key, []) for u in e.gpu_uuids or []}
+        return [g for _, g in sorted(on_host.items()) if g.uuid in uuids]
 
-def gather(deployments: list[Deployment], start: datetime, end: datetime,
-           inventory: Inventory | None = None, engines_only: bool = False) -> dict[int, Facts]:
-    """Facts of each deployment (by id) over the rollup buckets in [start, end);
+
+def gather(servers: list[Server], start: datetime, end: datetime,
+           inventory: Inventory | None = None,
+           engines_only: bool = False) -> dict[tuple[int, int], Facts]:
+    """Facts of each server (by (host id, port)) over the rollup buckets in [start, end);
     ``engines_only``: the engine gauges and rates alone (the long idle window)."""
-    facts, engines, gpus = _start(deployments, start, end,
-                                  inventory or Inventory.load(deployments))
-    if not facts:
-        return facts
-    _engine_stats(facts, engines)
-    if engines_only:
-        return facts
-    _latencies(facts, engines)
-    _gpu_stats(facts, gpus)
-    _process_stats(facts, engines)
-    _host_stats(facts)
-    _affinity(facts, engines)
-    return facts
+    inventory = inventory or Inventory.load({s.host_id for s in servers})
+    facts, engines, gpus = _start(servers, start, end, inventory)
+    if facts:
+        _engine_stats(facts, engines)
+        if not engines_only:
+            _latencies(facts, engines)
+            _gpu_stats(facts, gpus)
+            _process_stats(facts, engines)
+            _host_stats(facts)
+            _affinity(facts, engines)
+    return {servers[i].key: f for i, f in facts.items()}
 
 
-def _start(deployments: list[Deployment], start: datetime, end: datetime, inv: Inventory):
-    """Empty facts per deployment, and its (deployment, engine) and (deployment, GPU) pairs."""
+def deployment_facts(d: Deployment, start: datetime, end: datetime) -> Facts:
+    return gather([Server.of(d)], start, end)[(d.host_id, d.port)]
+
+
+def _start(servers: list[Server], start: datetime, end: datetime, inv: Inventory):
+    """Empty facts per server (by its index in ``servers``: the statements' ``dep``), and its
+    (index, engine) and (index, GPU) pairs."""
     facts, engines, gpus = {}, [], []
-    for d in deployments:
-        mine = inv.engines.get((d.host_id, d.port), [])
-        on_host = inv.gpus.get(d.host_id, {})
-        own_gpus = [on_host[i] for i in d.gpu_indices if i in on_host]
-        facts[d.id] = Facts(d, inv.hosts[d.host_id], own_gpus, mine[0].config if mine else {},
-                            start, end, [e.id for e in mine])
-        engines += [(d.id, e.id) for e in mine]
-        gpus += [(d.id, g.id) for g in own_gpus]
+    for i, server in enumerate(servers):
+        mine = inv.engines.get(server.key, [])
+        own_gpus = inv.server_gpus(server)
+        facts[i] = Facts(server.deployment, inv.hosts[server.host_id], own_gpus,
+                         mine[0].config if mine else {}, start, end, [e.id for e in mine],
+                         engine=mine[0] if mine else None)
+        engines += [(i, e.id) for e in mine]
+        gpus += [(i, g.id) for g in own_gpus]
     return facts, engines, gpus
 
 
@@ -137,7 +191,7 @@ def _query(sql: str, params: list) -> list[tuple]:
 
 
 def _pairs(pairs: list[tuple[int, int]], name: str) -> tuple[str, list]:
-    """A CTE ``m(dep, <name>)`` of (deployment id, entity id) pairs."""
+    """A CTE ``m(dep, <name>)`` of (server index, entity id) pairs."""
     return (f"m AS (SELECT * FROM unnest(%s::int8[], %s::int8[]) AS m(dep, {name}))",
             [[p[0] for p in pairs], [p[1] for p in pairs]])
 
@@ -150,7 +204,7 @@ def _window(facts: dict[int, Facts]) -> list[datetime]:
 def _rollup_rows(facts: dict[int, Facts], pairs: list[tuple[int, int]], key: str,
                  entity: str, select: str, where: str = "", group: str = "1") -> list[tuple]:
     """``m.dep, <select>`` over the window's 1-min rollups of ``entity`` (alias x), joined to
-    the deployments by ``key``; no pairs, no query."""
+    the servers by ``key``; no pairs, no query."""
     if not pairs:
         return []
     cte, params = _pairs(pairs, key)

@@ -2,11 +2,15 @@
 dismisses or reverts; verification compares equal windows before and after an applied change.
 
 A pass diagnoses every enabled deployment whose current revision has run through the whole
-window (evidence must come from the config it would change). Per deployment and diagnosis
-there is at most one open suggestion, refreshed in place while the symptom holds and marked
-``cleared`` when it goes. A dismissed suggestion does not come back for the same revision
-unless its severity grows by half (``WORSE``): the same evidence, or noise around it, stays
-dismissed; a clearly worse situation is worth another look.
+window (evidence must come from the config it would change), and every vLLM server an agent
+reports that Pitwall does not run (no deployment at its host and port; seen for the whole
+window): those get reports with the flags to paste (fragments.py), never an accept. Per
+server and diagnosis there is at most one open suggestion, refreshed in place while the
+symptom holds and marked ``cleared`` when it goes (or when the engine does, or a deployment
+takes its port). A dismissed suggestion does not come back for the same revision (an engine
+Pitwall does not run has none: ever) unless its severity grows by half (``WORSE``): the same
+evidence, or noise around it, stays dismissed; a clearly worse situation is worth another
+look.
 """
 
 from __future__ import annotations
@@ -18,14 +22,15 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from controlplane.fleet import deployments as desired
-from controlplane.fleet.models import Deployment, DeploymentState
+from controlplane.fleet.models import Deployment, DeploymentState, Engine
 from controlplane.tuning import verify
 from controlplane.tuning.diagnoses import Finding, diagnose, over_provisioned
-from controlplane.tuning.facts import Inventory, gather, minute
+from controlplane.tuning.facts import Facts, Inventory, Server, gather, minute, port_of
+from controlplane.tuning.fragments import as_report
 from controlplane.tuning.metrics import PASS_SECONDS
 from controlplane.tuning.models import DECIDED, Kind, State, Suggestion
 
@@ -37,6 +42,7 @@ LOCK_KEY = 0x50_54_55_4E  # "PTUN": one tuning pass at a time across the cluster
 class PassResult:
     deployments: int = 0
     diagnosed: int = 0  # ran their current revision through the whole window
+    engines: int = 0  # vLLM servers Pitwall does not run, seen through the whole window
     created: list[int] = field(default_factory=list)
     refreshed: int = 0
     cleared: int = 0
@@ -62,45 +68,84 @@ def tuning_pass(now: datetime | None = None) -> PassResult:
                     timedelta(seconds=conf["TUNING_IDLE_WINDOW_S"]))
     everyone = list(Deployment.objects.filter(enabled=True).select_related("host"))
     steady = [d for d in everyone if d.updated_at <= end - window]
-    fleet = Inventory.load(steady)
-    short = gather(steady, end - window, end, fleet)
-    settled = [d for d in steady if d.updated_at <= end - idle]
+    # Every deployment's port, enabled or not: its engines are the deployment's, never
+    # reported on their own beside it.
+    taken = set(Deployment.objects.values_list("host_id", "port"))
+    fleet = Inventory.load({d.host_id for d in steady} | _watched_hosts(taken))
+    foreign = _foreign(fleet, taken)
+    servers = [Server.of(d) for d in steady] + [
+        s for s, first in foreign if first.first_seen <= end - window]
+    short = gather(servers, end - window, end, fleet)
+    settled = [Server.of(d) for d in steady if d.updated_at <= end - idle] + [
+        s for s, first in foreign if first.first_seen <= end - idle]
     long = gather(settled, end - idle, end, fleet, engines_only=True)
-    result = PassResult(len(everyone), len(steady))
-    known = _suggestions_of([d.id for d in steady])
-    for d in steady:
-        found = diagnose(short[d.id])
-        if d.id in long and (idle_finding := over_provisioned(long[d.id])):
+    result = PassResult(len(everyone), len(steady), len(servers) - len(steady))
+    known = _suggestions_of(servers, short)
+    for server in servers:
+        facts = short[server.key]
+        found = diagnose(facts)
+        if server.key in long and (idle_finding := over_provisioned(long[server.key])):
             found.append(idle_finding)
-        if found or any(s.state == State.OPEN for s in known.get(d.id, ())):
-            record(d, found, known.get(d.id, []), result, timezone.now())
+        if server.deployment is None:
+            found = [as_report(facts, f) for f in found]
+        if found or any(s.state == State.OPEN for s in known.get(server.key, ())):
+            record(facts, found, known.get(server.key, []), result, timezone.now())
+    result.cleared += _clear_gone([first.id for _, first in foreign], timezone.now())
     return result
 
 
-def _suggestions_of(ids: list[int]) -> dict[int, list[Suggestion]]:
-    """The suggestions a pass may refresh, clear or be held back by, per deployment: one read
-    (most deployments have none)."""
+def _watched_hosts(taken: set[tuple[int, int]]) -> set[int]:
+    """Hosts with a present vLLM engine at a port no deployment has."""
+    return {host for host, name in Engine.objects.filter(
+        present=True, name__startswith="vllm:").values_list("host_id", "name")
+        if (port := port_of(name)) is not None and (host, port) not in taken}
+
+
+def _foreign(fleet: Inventory, taken: set[tuple[int, int]]) -> list[tuple[Server, Engine]]:
+    """The servers Pitwall does not run that have a present engine, each with its first
+    engine: the one its suggestions name, whose ``first_seen`` says how long it has run (its
+    config's history is not known: a whole window must lie after it)."""
+    return [(Server(host, port), engines[0]) for (host, port), engines in fleet.engines.items()
+            if (host, port) not in taken and any(e.present for e in engines)]
+
+
+def _suggestions_of(servers: list[Server],
+                    facts: dict[tuple[int, int], Facts]) -> dict[tuple, list[Suggestion]]:
+    """The suggestions a pass may refresh, clear or be held back by, per server: one read
+    (most servers have none). A deployment's by deployment, another's by its engine."""
+    by_deployment = {s.deployment.id: s.key for s in servers if s.deployment is not None}
+    by_engine = {f.engine.id: key for key, f in facts.items()
+                 if f.deployment is None and f.engine is not None}
     rows = Suggestion.objects.filter(
-        deployment_id__in=ids, state__in=[State.OPEN, State.DISMISSED, State.ACCEPTED,
-                                          State.APPLIED]).only(
-        "id", "deployment_id", "kind", "state", "severity", "revision")
-    out: dict[int, list[Suggestion]] = {}
+        models.Q(deployment_id__in=by_deployment)
+        | models.Q(deployment__isnull=True, engine_id__in=by_engine),
+        state__in=[State.OPEN, State.DISMISSED, State.ACCEPTED, State.APPLIED]).only(
+        "id", "deployment_id", "engine_id", "kind", "state", "severity", "revision")
+    out: dict[tuple, list[Suggestion]] = {}
     for s in rows:
-        out.setdefault(s.deployment_id, []).append(s)
+        key = (by_deployment[s.deployment_id] if s.deployment_id is not None
+               else by_engine[s.engine_id])
+        out.setdefault(key, []).append(s)
     return out
 
 
-def record(d: Deployment, found: list[Finding], mine: list[Suggestion], result: PassResult,
+def _clear_gone(present: list[int], now: datetime) -> int:
+    """Open reports on engines no longer reported, or whose port a deployment took."""
+    return Suggestion.objects.filter(deployment__isnull=True, state=State.OPEN).exclude(
+        engine_id__in=present).update(state=State.CLEARED, updated_at=now)
+
+
+def record(facts: Facts, found: list[Finding], mine: list[Suggestion], result: PassResult,
            now: datetime) -> None:
-    """Refresh, create or clear this deployment's suggestions. Each write is conditional on
-    the state it read (``state = 'open'``), so an operator's accept or dismiss that lands
+    """Refresh, create or clear this server's suggestions. Each write is conditional on the
+    state it read (``state = 'open'``), so an operator's accept or dismiss that lands
     meanwhile is never overwritten; the unique open suggestion per kind guards creation."""
     open_ = {s.kind: s for s in mine if s.state == State.OPEN}
     for finding in found:
         if (s := open_.pop(finding.kind, None)) is not None:
-            result.refreshed += _refresh(s, finding, d, now)
-        elif not _held_back(mine, finding, d):
-            made = _create(d, finding, now)
+            result.refreshed += _refresh(s, finding, facts, now)
+        elif not _held_back(mine, finding, _revision(facts)):
+            made = _create(facts, finding, now)
             if made is not None:
                 result.created.append(made.id)
     gone = [s.id for s in open_.values()]  # the symptom went away
@@ -109,37 +154,43 @@ def record(d: Deployment, found: list[Finding], mine: list[Suggestion], result: 
             state=State.CLEARED, updated_at=now)
 
 
-def _fields(finding: Finding) -> dict[str, Any]:
+def _revision(facts: Facts) -> int | None:
+    return facts.deployment.revision if facts.deployment is not None else None
+
+
+def _fields(finding: Finding, facts: Facts) -> dict[str, Any]:
     return {"changes": finding.changes, "reasoning": finding.reasoning,
             "expected": finding.expected, "confidence": finding.confidence,
-            "evidence": finding.evidence, "severity": finding.severity}
+            "evidence": finding.evidence, "severity": finding.severity,
+            "command": finding.command, "revision": _revision(facts)}
 
 
-def _refresh(s: Suggestion, finding: Finding, d: Deployment, now: datetime) -> int:
+def _refresh(s: Suggestion, finding: Finding, facts: Facts, now: datetime) -> int:
+    engine = {"engine": facts.engine} if facts.engine is not None else {}
     return Suggestion.objects.filter(pk=s.pk, state=State.OPEN).update(
-        revision=d.revision, updated_at=now, **_fields(finding))
+        updated_at=now, **engine, **_fields(finding, facts))
 
 
-def _create(d: Deployment, finding: Finding, now: datetime) -> Suggestion | None:
+def _create(facts: Facts, finding: Finding, now: datetime) -> Suggestion | None:
     try:
         with transaction.atomic():
-            return Suggestion.objects.create(deployment=d, kind=finding.kind,
-                                             revision=d.revision, created_at=now,
-                                             updated_at=now, **_fields(finding))
+            return Suggestion.objects.create(
+                deployment=facts.deployment, engine=facts.engine, kind=finding.kind,
+                created_at=now, updated_at=now, **_fields(finding, facts))
     except IntegrityError:  # another pass made it meanwhile (no lock held: a direct call)
         return None
 
 
-def _held_back(mine: list[Suggestion], finding: Finding, d: Deployment) -> bool:
-    """Dismissed for this revision and not clearly worse, or a change of the same kind is
-    being applied or verified."""
+def _held_back(mine: list[Suggestion], finding: Finding, revision: int | None) -> bool:
+    """Dismissed for this revision (an engine Pitwall does not run has none: None) and not
+    clearly worse, or a change of the same kind is being applied or verified."""
     for s in mine:
         if s.kind != finding.kind:
             continue
         # Made against the revision before the change: compare by state, not revision.
         if s.state in (State.ACCEPTED, State.APPLIED):
             return True
-        if (s.state == State.DISMISSED and s.revision == d.revision
+        if (s.state == State.DISMISSED and s.revision == revision
                 and finding.severity < s.severity * WORSE):
             return True
     return False
@@ -152,11 +203,18 @@ class Refused(Exception):
     """The suggestion cannot take this action now; the message says why."""
 
 
+NOT_RUN_BY_PITWALL = ("Pitwall does not run this engine (it has no deployment): a report "
+                      "only; apply its command fragment to the vllm serve command line by "
+                      "hand, or dismiss it")
+
+
 @transaction.atomic
 def accept(s: Suggestion, user=None) -> Suggestion:
     """Change the deployment's desired config as proposed (a new revision); the agent applies
     it by a graceful restart and verification follows."""
     s = Suggestion.objects.select_for_update().get(pk=s.pk)
+    if s.deployment_id is None:
+        raise Refused(NOT_RUN_BY_PITWALL)
     d = Deployment.objects.select_for_update().get(pk=s.deployment_id)
     if s.state != State.OPEN:
         raise Refused(f"the suggestion is {s.state}: only an open one can be accepted")
@@ -200,6 +258,8 @@ def dismiss(s: Suggestion, user=None) -> Suggestion:
 def revert(s: Suggestion, user=None) -> Suggestion:
     """Back to the config the suggestion was made against, as a new revision."""
     s = Suggestion.objects.select_for_update().get(pk=s.pk)
+    if s.deployment_id is None:
+        raise Refused(NOT_RUN_BY_PITWALL)
     if s.state not in DECIDED:
         raise Refused(f"the suggestion is {s.state}: only an accepted one can be reverted")
     d = Deployment.objects.select_for_update().get(pk=s.deployment_id)

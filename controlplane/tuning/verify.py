@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.tuning.facts import Facts, gather, minute
+from controlplane.tuning.facts import Facts, deployment_facts, minute
 from controlplane.tuning.models import Kind, State, Suggestion
 
 MOVED = 0.10
@@ -60,8 +60,8 @@ def due(s: Suggestion, now: datetime) -> bool:
 
 def conclude(s: Suggestion) -> Suggestion:
     (b0, b1), (a0, a1) = windows(s)
-    before = measure(gather([s.deployment], b0, b1)[s.deployment_id])
-    after = measure(gather([s.deployment], a0, a1)[s.deployment_id])
+    before = measure(deployment_facts(s.deployment, b0, b1))
+    after = measure(deployment_facts(s.deployment, a0, a1))
     verdict, summary = judge(s.kind, before, after)
     s.state, s.verified_at = verdict, timezone.now()
     s.verification = {"before": before, "after": after, "target": TARGET.get(s.kind),

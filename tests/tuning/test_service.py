@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from controlplane.fleet.models import Deployment
 from controlplane.tuning import service
+from controlplane.tuning.facts import Server, deployment_facts
 from controlplane.tuning.models import State, Suggestion
 from tests.tuning.factories import deployment, gpus, host
 from tests.tuning.telemetry import roll_up, steady, target, write
@@ -145,13 +146,20 @@ def test_revert_goes_back_to_the_config_the_suggestion_was_made_against(steady_l
         service.revert(Suggestion.objects.get(pk=s.pk))
 
 
+def as_the_pass_reads(d: Deployment):
+    """The deployment's facts and its suggestions, as a pass reads them."""
+    server = Server.of(d)
+    facts = deployment_facts(d, last_minutes(), service.minute(timezone.now()))
+    return facts, service._suggestions_of([server], {server.key: facts})[server.key]
+
+
 def test_an_accept_landing_during_a_pass_is_not_overwritten_by_its_refresh(steady_llama):
     s = open_pressure(steady_llama)
     d = Deployment.objects.get(pk=steady_llama.deployment.pk)
-    read_by_the_pass = service._suggestions_of([d.id])[d.id]  # before the operator acts
+    facts, read_by_the_pass = as_the_pass_reads(d)  # before the operator acts
     service.accept(s)
     finding = service.Finding("kv_pressure", "r", "e", 0.9, 0.8)
-    service.record(d, [finding], read_by_the_pass, service.PassResult(), timezone.now())
+    service.record(facts, [finding], read_by_the_pass, service.PassResult(), timezone.now())
     s.refresh_from_db()
     assert s.state == State.ACCEPTED and s.reasoning != "r"
 
@@ -162,6 +170,6 @@ def test_no_new_suggestion_of_a_kind_whose_change_is_being_verified(steady_llama
     d = Deployment.objects.get(pk=steady_llama.deployment.pk)  # now at the accepted revision
     finding = service.Finding("kv_pressure", "r", "e", 0.9, 0.8)
     result = service.PassResult()
-    service.record(d, [finding], service._suggestions_of([d.id])[d.id], result,
-                   timezone.now())
+    facts, mine = as_the_pass_reads(d)
+    service.record(facts, [finding], mine, result, timezone.now())
     assert result.created == [] and Suggestion.objects.count() == 1

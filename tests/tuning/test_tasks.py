@@ -30,7 +30,8 @@ def passes_timed() -> float:
 def test_the_tasks_run_a_pass_and_a_follow_up():
     before = passes_timed()
     assert diagnose_deployments.apply().get() == {
-        "deployments": 0, "diagnosed": 0, "created": [], "refreshed": 0, "cleared": 0}
+        "deployments": 0, "diagnosed": 0, "engines": 0, "created": [], "refreshed": 0,
+        "cleared": 0}
     assert follow_up_suggestions.apply().get() == {"applied": 0, "verified": 0}
     assert passes_timed() == before + 1  # /metrics's pitwall_tuning_pass_seconds
 

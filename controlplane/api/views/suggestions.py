@@ -18,18 +18,19 @@ REFUSED = OpenApiResponse(description='{"detail": why the action does not apply 
 
 
 class SuggestionViewSet(viewsets.ReadOnlyModelViewSet):
-    """What Pitwall proposes to change on a deployment, with the evidence, and the outcome:
+    """What Pitwall proposes to change on a vLLM server, with the evidence, and the outcome:
     open, cleared, dismissed, accepted, applied, then improved / unchanged / regressed, or
-    reverted."""
+    reverted. A server Pitwall does not run (``deployment`` null, ``engine`` set) gets
+    reports: the ``command`` to paste; dismissed, never accepted (409)."""
 
     serializer_class = SuggestionSerializer
     permission_classes = [CanDecideSuggestions]
     pagination_class = FleetPagination
     lookup_value_converter = "int"
-    filterset_fields = ["deployment", "state", "kind"]
+    filterset_fields = ["deployment", "engine", "state", "kind"]
 
     def get_queryset(self):
-        return (Suggestion.objects.select_related("deployment", "decided_by")
+        return (Suggestion.objects.select_related("deployment", "engine", "decided_by")
                 .order_by("-created_at", "-id"))
 
     def _act(self, request: Request, do) -> Response:
@@ -39,7 +40,8 @@ class SuggestionViewSet(viewsets.ReadOnlyModelViewSet):
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(self.get_serializer(done).data)
 
-    @extend_schema(summary="Apply the proposed change: a new revision of the deployment",
+    @extend_schema(summary="Apply the proposed change: a new revision of the deployment "
+                           "(409 for an engine Pitwall does not run)",
                    request=None, responses={200: SuggestionSerializer, 409: REFUSED})
     @action(detail=True, methods=["post"], filterset_fields=[])
     def accept(self, request: Request, pk=None) -> Response:

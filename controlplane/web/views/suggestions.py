@@ -1,5 +1,6 @@
-"""Suggestions: the open ones across the fleet, and the actions on one (staff): accept,
-dismiss, revert. Each deployment's page lists its own (deployments.py)."""
+"""Suggestions: the open ones across the fleet, deployments' and engines' Pitwall does not run
+(reports with a command fragment to paste), and the actions on one (staff): accept, dismiss,
+revert. Each deployment's page lists its own (deployments.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def shown(item: dict) -> str:
 
 @suggestions_access
 def suggestion_list(request: HttpRequest) -> HttpResponse:
-    base = Suggestion.objects.select_related("deployment__host", "decided_by")
+    base = Suggestion.objects.select_related("deployment__host", "engine__host", "decided_by")
     # What can be applied first (reports last), the most confident first within each.
     open_ = sorted(annotated(base.filter(state=State.OPEN)),
                    key=lambda s: (not s.changes, -s.confidence, -s.id))
@@ -71,5 +72,6 @@ def suggestion_action(request: HttpRequest, suggestion_id: int, action: str) -> 
         except service.Refused as exc:
             messages.error(request, f"Suggestion #{s.pk} not {DONE[action].split(':')[0]}: "
                                     f"{exc}")
-    return redirect(same_site(request, request.POST.get("next"))
-                    or reverse("web:deployment", args=[s.deployment_id]))
+    back = (reverse("web:deployment", args=[s.deployment_id]) if s.deployment_id is not None
+            else reverse("web:suggestions"))
+    return redirect(same_site(request, request.POST.get("next")) or back)
