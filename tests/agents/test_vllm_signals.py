@@ -1,75 +1,37 @@
 """The vLLM signals of issue 19 from recorded /metrics pages: finished and waiting requests by
 reason, speculative decoding, LoRA adapters, and the token-count histograms.
 
-Pages are the reference samples (tests/agents/fixtures/vllm-metrics); none of them was served
-with --speculative-config or --enable-lora, so those families are written here the way vLLM
-prints them (names and HELP from vllm/v1/spec_decode/metrics.py and vllm/v1/metrics/loggers.py,
-rendered by prometheus_client). Every expected figure comes from the increments a test makes.
+Pages are the reference samples (tests/agents/fixtures/vllm-metrics); the spec-decoding and
+LoRA families none of them has are added as vLLM prints them (tests/agents/vllm_signal_pages).
+Every expected figure comes from the increments a test makes.
 """
 
 from __future__ import annotations
 
 import bisect
 
-import prometheus_client as prom
 import pytest
 
-from agents.collectors.vllm import VllmCollector
 from agents.collectors.vllm_parse import parse_metrics
 from agents.protocol import METRICS
 from tests.agents.vllm_samples import REAL_0_32, bounds, bump, observe, sample_text, series
+from tests.agents.vllm_signal_pages import (
+    collector,
+    lora_block,
+    second_samples,
+    spec_decode_block,
+    two_scrapes,
+)
 
-URL = "http://127.0.0.1:8000/metrics"
 V0 = "v0-sample.txt"
 V0_10 = "v1-synthetic-vllm-0.10.2.txt"
 V0_33 = "v1-synthetic-vllm-0.33.0.txt"
 DP2 = "v1-synthetic-vllm-0.33.0-dp2.txt"
-MODEL = "Qwen/Qwen3-8B"
 REASONS = ("stop", "length", "abort", "error")
 TOKEN_HISTOGRAMS = {"iteration_tokens": "vllm:iteration_tokens_total",
                     "prompt_length_tokens": "vllm:request_prompt_tokens",
                     "generation_length_tokens": "vllm:request_generation_tokens",
                     "prefill_kv_computed_tokens": "vllm:request_prefill_kv_computed_tokens"}
-
-
-def _two_scrapes(before: str, after: str, dt: float = 2.0) -> dict:
-    """The second sample of a collector that read `before`, then `after` dt seconds later."""
-    clock = iter((100.0, 100.0 + dt))
-    collector = VllmCollector(URL, fetch=_pages(before, after), clock=lambda: next(clock),
-                              warn=lambda _: None,
-                              models_fetch=lambda url, t: '{"data": [{"owned_by": "vllm"}]}')
-    collector.collect()
-    (sample,) = collector.collect()
-    return sample
-
-
-def _pages(*pages: str):
-    it = iter(pages)
-    return lambda url, timeout: next(it)
-
-
-def spec_decode_block(draft_tokens: float, accepted: float, drafts: float = 0.0,
-                      engine: str = "0") -> str:
-    """vLLM's spec-decoding counters as it prints them (V1, one engine)."""
-    registry = prom.CollectorRegistry()
-    for name, doc, value in (
-            ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", drafts),
-            ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", draft_tokens),
-            ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", accepted)):
-        counter = prom.Counter(name, doc, ["model_name", "engine"], registry=registry)
-        counter.labels(MODEL, engine).inc(value)
-    return prom.generate_latest(registry).decode()
-
-
-def lora_block(*series_: tuple[str, str, str, float]) -> str:
-    """vllm:lora_requests_info series: (max_lora, waiting, running, set-at time) each."""
-    registry = prom.CollectorRegistry()
-    gauge = prom.Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
-                       ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
-                       registry=registry)
-    for max_lora, waiting, running, at in series_:
-        gauge.labels(max_lora, waiting, running).set(at)
-    return prom.generate_latest(registry).decode()
 
 
 # -- finished requests by reason -------------------------------------------------------------
@@ -80,7 +42,7 @@ def test_finished_requests_are_split_by_reason_and_their_sum_stays_the_total():
     for reason, n in zip(REASONS, (6, 4, 2, 1), strict=True):
         after = bump(after, "vllm:request_success_total", n, finished_reason=reason)
     after = bump(after, "vllm:request_success_total", 3, finished_reason="repetition")
-    sample = _two_scrapes(before, after, dt=2.0)
+    sample = two_scrapes(before, after, dt=2.0)
     assert [sample[f"finished_{r}_per_s"] for r in REASONS] == [3.0, 2.0, 1.0, 0.5]
     assert sample["requests_finished_per_s"] == (6 + 4 + 2 + 1 + 3) / 2.0
 
@@ -89,7 +51,7 @@ def test_a_release_without_the_error_reason_has_no_error_rate_rather_than_zero()
     before = sample_text(V0_10)
     assert 'finished_reason="error"' not in before
     after = bump(before, "vllm:request_success_total", 4, finished_reason="stop")
-    sample = _two_scrapes(before, after, dt=4.0)
+    sample = two_scrapes(before, after, dt=4.0)
     assert "finished_error_per_s" not in sample
     assert (sample["finished_stop_per_s"], sample["finished_length_per_s"],
             sample["finished_abort_per_s"]) == (1.0, 0.0, 0.0)
@@ -98,7 +60,7 @@ def test_a_release_without_the_error_reason_has_no_error_rate_rather_than_zero()
 def test_v0_prints_only_the_reasons_seen_so_far_and_only_those_are_sent():
     text = sample_text(V0)
     after = bump(text, "vllm:request_success_total", 2, finished_reason="stop")
-    sample = _two_scrapes(text, after, dt=1.0)
+    sample = two_scrapes(text, after, dt=1.0)
     assert sample["finished_stop_per_s"] == 2.0
     assert not {"finished_length_per_s", "finished_abort_per_s",
                 "finished_error_per_s"} & sample.keys()
@@ -107,21 +69,9 @@ def test_v0_prints_only_the_reasons_seen_so_far_and_only_those_are_sent():
 def test_each_data_parallel_engine_has_its_own_finished_reasons():
     before = sample_text(DP2)
     after = bump(before, "vllm:request_success_total", 5, finished_reason="abort", engine="1")
-    samples = {s["name"]: s for s in VllmCollectorPair(before, after).samples()}
+    samples = {s["name"]: s for s in second_samples(before, after)}
     assert samples["vllm:8000/1"]["finished_abort_per_s"] == 5 / 2.0
     assert samples["vllm:8000/0"]["finished_abort_per_s"] == 0.0
-
-
-class VllmCollectorPair:
-    def __init__(self, before: str, after: str) -> None:
-        clock = iter((10.0, 12.0))
-        self.collector = VllmCollector(URL, fetch=_pages(before, after),
-                                       clock=lambda: next(clock), warn=lambda _: None,
-                                       models_fetch=lambda url, t: '{"data": []}')
-
-    def samples(self) -> list[dict]:
-        self.collector.collect()
-        return self.collector.collect()
 
 
 # -- waiting requests by reason --------------------------------------------------------------
@@ -129,8 +79,7 @@ class VllmCollectorPair:
 def test_waiting_requests_by_reason_are_gauges_sent_from_the_first_scrape():
     text = sample_text(V0_33)
     text = bump(text, "vllm:num_requests_waiting_by_reason", 3, reason="deferred")
-    (first,) = VllmCollector(URL, fetch=_pages(text), clock=lambda: 1.0, warn=lambda _: None,
-                             models_fetch=lambda url, t: '{"data": []}').collect()
+    (first,) = collector(text).collect()
     assert first["requests_waiting_capacity"] == series(
         text, "vllm:num_requests_waiting_by_reason", reason="capacity")
     assert first["requests_waiting_deferred"] == 3.0
@@ -159,7 +108,7 @@ def test_draft_and_accepted_tokens_are_rates_and_their_ratio_the_acceptance_rate
     base = sample_text(V0_33)
     before = base + spec_decode_block(1000, 600, drafts=250)
     after = base + spec_decode_block(1000 + 400, 600 + 300, drafts=350)
-    sample = _two_scrapes(before, after, dt=2.0)
+    sample = two_scrapes(before, after, dt=2.0)
     assert sample["spec_draft_tokens_per_s"] == 200.0
     assert sample["spec_accepted_tokens_per_s"] == 150.0
     assert sample["spec_acceptance_rate"] == 300 / 400
@@ -167,14 +116,14 @@ def test_draft_and_accepted_tokens_are_rates_and_their_ratio_the_acceptance_rate
 
 def test_no_drafts_in_the_interval_leaves_the_acceptance_rate_absent():
     page = sample_text(V0_33) + spec_decode_block(1000, 600)
-    sample = _two_scrapes(page, page)
+    sample = two_scrapes(page, page)
     assert sample["spec_draft_tokens_per_s"] == 0.0  # speculative decoding on, idle: a real 0
     assert "spec_acceptance_rate" not in sample
 
 
 def test_without_speculative_decoding_no_spec_key_is_sent():
     text = sample_text(V0_33)
-    sample = _two_scrapes(text, bump(text, "vllm:generation_tokens_total", 10))
+    sample = two_scrapes(text, bump(text, "vllm:generation_tokens_total", 10))
     assert not {k for k in sample if k.startswith("spec_")}
 
 
@@ -188,7 +137,7 @@ def test_v0_spec_decode_counters_read_under_the_same_names():
         "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
         'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} %s\n')
     text = sample_text(V0)
-    sample = _two_scrapes(text + v0_block % (50.0, 20.0), text + v0_block % (90.0, 50.0),
+    sample = two_scrapes(text + v0_block % (50.0, 20.0), text + v0_block % (90.0, 50.0),
                           dt=1.0)
     assert (sample["spec_draft_tokens_per_s"], sample["spec_accepted_tokens_per_s"]) == (40, 30)
     assert sample["spec_acceptance_rate"] == 30 / 40
@@ -203,8 +152,7 @@ def test_lora_adapters_are_counted_from_the_newest_series():
         ("4", "a,b,c,d,e", "", 1_700_000_010.0))
     (readings,) = parse_metrics(page).values()
     assert (readings.gauges["lora_running"], readings.gauges["lora_waiting"]) == (3, 2)
-    (first,) = VllmCollector(URL, fetch=_pages(page), clock=lambda: 1.0, warn=lambda _: None,
-                             models_fetch=lambda url, t: '{"data": []}').collect()
+    (first,) = collector(page).collect()
     assert (first["lora_running"], first["lora_waiting"]) == (3, 2)
     assert type(first["lora_running"]) is int  # the catalog wants integers
 
@@ -234,7 +182,7 @@ def test_token_histograms_travel_as_bucket_deltas(key, family):
     before = sample_text(V0_33)
     after = observe(before, family, 700, times=3)
     after = observe(after, family, 4, times=2)
-    sample = _two_scrapes(before, after)
+    sample = two_scrapes(before, after)
     le = bounds(before, family)
     counts = [0] * (len(le) + 1)
     counts[bisect.bisect_left(le, 700)] += 3
@@ -245,7 +193,7 @@ def test_token_histograms_travel_as_bucket_deltas(key, family):
 
 def test_0_10_has_the_length_histograms_but_no_prefill_kv_computed():
     before = sample_text(V0_10)
-    sample = _two_scrapes(before, observe(before, "vllm:request_prompt_tokens", 100))
+    sample = two_scrapes(before, observe(before, "vllm:request_prompt_tokens", 100))
     assert sum(sample["prompt_length_tokens"]["counts"]) == 1
     assert {"iteration_tokens", "generation_length_tokens"} <= sample.keys()
     assert "prefill_kv_computed_tokens" not in sample
