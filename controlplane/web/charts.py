@@ -113,6 +113,36 @@ def engine_charts(engine: Engine) -> list[Chart]:
         Chart("itl", "Inter-token latency", _quantiles("engine.itl_seconds", e)),
         Chart("e2e", "End-to-end latency", _quantiles("engine.e2e_seconds", e)),
         Chart("queue", "Queue time", _quantiles("engine.queue_seconds", e)),
+        *_engine_signal_charts(e),
+    ]
+
+
+def _engine_signal_charts(e: str) -> list[Chart]:
+    """Issue 19's vLLM signals, a chart per group. Each stays empty ("No data") on an engine
+    whose release or flags lack it (no speculative decoding, no LoRA)."""
+    return [
+        Chart("finished-reasons", "Requests finished, by reason",
+              _one(e, *((f"engine.finished_{r}_per_s", r)
+                        for r in ("stop", "length", "abort", "error")))),
+        Chart("waiting-reasons", "Requests waiting, by reason",
+              _one(e, ("engine.requests_waiting_capacity", "capacity"),
+                   ("engine.requests_waiting_deferred", "deferred"))),
+        Chart("iteration-tokens", "Tokens per engine step (batch size)",
+              _quantiles("engine.iteration_tokens", e)),
+        Chart("lengths", "Request lengths (p50, p90)", tuple(
+            Line(metric, entity=e, quantile=q, label=f"{what} {label}")
+            for metric, what in (("engine.prompt_length_tokens", "prompt"),
+                                 ("engine.generation_length_tokens", "generation"))
+            for q, label in QUANTILES[:2])),
+        Chart("prefill-computed", "Prompt tokens computed at prefill (cache hits excluded)",
+              _quantiles("engine.prefill_kv_computed_tokens", e)),
+        Chart("spec-tokens", "Speculative decoding: draft tokens",
+              _one(e, ("engine.spec_draft_tokens_per_s", "drafted"),
+                   ("engine.spec_accepted_tokens_per_s", "accepted"))),
+        Chart("spec-acceptance", "Speculative decoding: acceptance rate",
+              _one(e, ("engine.spec_acceptance_rate", "accepted / drafted"))),
+        Chart("lora", "LoRA adapters", _one(e, ("engine.lora_running", "running"),
+                                            ("engine.lora_waiting", "waiting"))),
     ]
 
 
