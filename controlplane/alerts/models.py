@@ -22,6 +22,10 @@ class RuleKind(models.TextChoices):
     KV_PRESSURE = "kv_pressure", "KV cache full with requests waiting"
     MEMORY_BEYOND_SHARE = "memory_beyond_share", "GPU memory beyond the engines' share"
     CPU_BOUND_ENGINE = "cpu_bound_engine", "engine process pinned at a core, GPUs idle"
+    ENGINE_STALLED = "engine_stalled", "engine holds requests but makes no progress"
+    GPU_LOST = "gpu_lost", "GPU gone from the inventory or lost to NVML"
+    OBJECTIVE_ATTAINMENT = "objective_attainment", "share of requests within the objective"
+    ERROR_BUDGET_BURN = "error_budget_burn", "error budget burn rate (short and long window)"
 
 
 class Aggregation(models.TextChoices):

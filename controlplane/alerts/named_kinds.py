@@ -15,7 +15,9 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
+from agents.protocol import METRICS
 from agents.vllm_args import serve_default
+from controlplane.alerts import objectives
 from controlplane.alerts.models import AlertRule, RuleKind
 from controlplane.alerts.queries import PY_OP, Cycle, Hit, fetch
 from controlplane.alerts.windows.aggregate import average, extreme, in_window, newest_present
@@ -39,10 +41,21 @@ READS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     RuleKind.MEMORY_BEYOND_SHARE: (("gpu", "mem_used_bytes", AVG),
                                    ("gpu", "mem_total_bytes", ("max",))),
     RuleKind.CPU_BOUND_ENGINE: (("proc", "cpu_pct", AVG), ("gpu", "util_pct", AVG)),
+    RuleKind.ENGINE_STALLED: (("engine", "up", ("min",)),
+                              ("engine", "requests_running", ("min",)),
+                              ("engine", "requests_waiting", ("min",)),
+                              ("engine", "generation_tokens_per_s", ("max",)),
+                              ("engine", "requests_finished_per_s", ("max",))),
+    # gpu.lost: NVML answers for the GPU with "GPU is lost" (it fell off the bus); read only
+    # once the catalog has it
+    RuleKind.GPU_LOST: (("gpu", "lost", ("last",)),) if "gpu.lost" in METRICS else (),
 }
 
 
 def add_needs(needs: Needs, rule: AlertRule) -> None:
+    if rule.kind in objectives.KINDS:
+        objectives.add_needs(needs, rule)
+        return
     for entity, column, parts in READS[rule.kind]:
         needs.add(entity, rule.window_s, column, parts)
 
@@ -196,6 +209,70 @@ def _engine_gpu_util(cycle: Cycle, window_s: int) -> dict[int, float]:
     return {e: s / c for e, (s, c) in sums.items() if c > 0}
 
 
+def engine_stalled(rule: AlertRule, cycle: Cycle) -> list[Hit]:
+    """Engines that hold requests but make no progress: over the whole window (its first
+    slice and one of its last two have rows) engine.up stayed 1, requests were running or
+    waiting in every sample, and neither a token was generated nor a request finished. vLLM's
+    /health and /metrics keep answering while its engine loop is wedged, so engine_down does
+    not see it. value: requests in flight (min running + min waiting), compared op threshold.
+    A down engine (up 0, no rows) is engine_down's; an idle one (nothing in flight) healthy."""
+    view, j0 = cycle.views["engine"], cycle.column("engine", rule.window_s)
+    if j0 >= view.width:
+        return []
+    rows = view.rows()
+    covered = (rows[:, j0] > 0) & (rows[:, max(view.width - 2, j0):] > 0).any(axis=1)
+    up = extreme(view, "up", "min", j0)
+    in_flight = (np.nan_to_num(extreme(view, "requests_running", "min", j0))
+                 + np.nan_to_num(extreme(view, "requests_waiting", "min", j0)))
+    progress = np.fmax(extreme(view, "generation_tokens_per_s", "max", j0),
+                       extreme(view, "requests_finished_per_s", "max", j0))
+    stalled = covered & (up == 1) & (in_flight > 0) & (progress == 0)
+    hits = []
+    for u in np.flatnonzero(stalled):
+        if _holds(in_flight[u], rule):
+            hit = cycle.hit("engine", int(view.keys[u]), float(in_flight[u]))
+            if hit is not None:
+                hits.append(hit)
+    return hits
+
+
+# gpu_lost's values: what says the GPU is lost
+LOST_BY_NVML, LOST_FROM_INVENTORY = 1.0, 2.0
+
+
+def absent_gpus_sql(rule: AlertRule, now: datetime) -> Statement:
+    """GPUs gone from their host's inventory while that host reported within the window (a
+    silent host is the agent-offline rule's), removed within params.removed_within_s (0 or
+    absent: no bound)."""
+    within = int(rule.params.get("removed_within_s") or 0)
+    sql = ("SELECT g.id, g.host_id\n"
+           "FROM fleet_gpu g\n"
+           "JOIN fleet_host h ON h.id = g.host_id\n"
+           "WHERE NOT g.present AND h.last_seen > %(reported_since)s")
+    params: dict[str, object] = {"reported_since": now - timedelta(seconds=rule.window_s)}
+    if within:
+        sql += "\n  AND g.removed_at > %(removed_since)s"
+        params["removed_since"] = now - timedelta(seconds=within)
+    return sql, params
+
+
+def gpu_lost(rule: AlertRule, cycle: Cycle) -> list[Hit]:
+    """GPUs the inventory had and NVML no longer reports (absent from the host's inventory
+    while the host reports: value 2), or whose last gpu.lost in the window is 1 (NVML answers
+    "GPU is lost": value 1). Fires regardless of op and threshold, as engine_down does."""
+    lost = {gpu_id: Hit(f"gpu:{gpu_id}", host_id, None, gpu_id, LOST_FROM_INVENTORY)
+            for gpu_id, host_id in fetch(*absent_gpus_sql(rule, cycle.now))}
+    if READS[RuleKind.GPU_LOST]:
+        view = cycle.views["gpu"]
+        flags = newest_present(view, "lost", cycle.column("gpu", rule.window_s))
+        for u in np.flatnonzero(flags == 1):
+            gpu_id = int(view.keys[u])
+            hit = cycle.hit("gpu", gpu_id, LOST_BY_NVML)
+            if hit is not None and gpu_id not in lost:
+                lost[gpu_id] = hit
+    return [lost[k] for k in sorted(lost)]
+
+
 Kind = Callable[[AlertRule, Cycle], list[Hit]]
 # kind -> (rule, cycle) -> the targets whose condition holds now
 NAMED: dict[str, Kind] = {
@@ -204,4 +281,8 @@ NAMED: dict[str, Kind] = {
     RuleKind.KV_PRESSURE: kv_pressure,
     RuleKind.MEMORY_BEYOND_SHARE: memory_beyond_share,
     RuleKind.CPU_BOUND_ENGINE: cpu_bound_engine,
+    RuleKind.ENGINE_STALLED: engine_stalled,
+    RuleKind.GPU_LOST: gpu_lost,
+    RuleKind.OBJECTIVE_ATTAINMENT: objectives.objective_attainment,
+    RuleKind.ERROR_BUDGET_BURN: objectives.error_budget_burn,
 }

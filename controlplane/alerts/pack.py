@@ -16,6 +16,7 @@ from controlplane.alerts.models import AlertRule, Op, RuleKind, Severity
 def pack() -> list[dict]:
     ttft_s = settings.PITWALL["ALERT_TTFT_P99_OBJECTIVE_MS"] / 1000
     offline_s = 2 * settings.PITWALL["ONLINE_WINDOW_S"]
+    stall_s = settings.PITWALL["ENGINE_STALL_S"]
     return [
         dict(pack_key="agent-offline", name="Agent offline", kind=RuleKind.HOST_NO_DATA,
              severity=Severity.CRITICAL, window_s=offline_s, for_s=0,
@@ -23,6 +24,11 @@ def pack() -> list[dict]:
         dict(pack_key="engine-down", name="vLLM engine down", kind=RuleKind.ENGINE_DOWN,
              severity=Severity.CRITICAL, window_s=30, for_s=30,
              summary="{host} {engine}: /metrics does not answer (engine down or hung)"),
+        dict(pack_key="engine-stalled", name="vLLM engine stalled", kind=RuleKind.ENGINE_STALLED,
+             severity=Severity.CRITICAL, window_s=stall_s, op=Op.GT, threshold=0, for_s=0,
+             keep_firing_for_s=30,
+             summary="{host} {engine}: {value:.0f} requests held and no token generated nor "
+                     "request finished for {window_s} s (engine wedged; /health still 200)"),
         dict(pack_key="kv-cache-full", name="KV cache full with requests waiting",
              kind=RuleKind.KV_PRESSURE, severity=Severity.WARNING, window_s=60, op=Op.GE,
              threshold=0.95, params={"waiting_above": 0}, for_s=120, keep_firing_for_s=60,
@@ -42,6 +48,13 @@ def pack() -> list[dict]:
              for_s=300, keep_firing_for_s=120, severity=Severity.WARNING,
              summary="{host} {engine}: TTFT p99 {value:.2f} s over 5 min "
                      "(objective {threshold} s)"),
+        *(dict(pack_key=f"{name}-budget-burn", name=f"{label} error budget burning fast",
+               kind=RuleKind.ERROR_BUDGET_BURN, window_s=3600, op=Op.GT, threshold=14.4,
+               params={"objective": name, "short_window_s": 300}, for_s=0,
+               keep_firing_for_s=120, severity=Severity.CRITICAL,
+               summary=f"{{host}} {{engine}}: {label} error budget burning {{value:.1f}}x "
+                       f"over 1 h and 5 min (2 % of a 30-day budget an hour)")
+          for name, label in (("ttft", "TTFT"), ("itl", "ITL"))),
         dict(pack_key="memory-beyond-share", name="GPU memory beyond the engine's share",
              kind=RuleKind.MEMORY_BEYOND_SHARE, window_s=120, op=Op.GT, threshold=0.05,
              for_s=180, severity=Severity.WARNING,
@@ -62,6 +75,10 @@ def pack() -> list[dict]:
              aggregation="rate", window_s=600, op=Op.GT, threshold=0, for_s=0,
              keep_firing_for_s=600, severity=Severity.CRITICAL,
              summary="{host} GPU {gpu_index}: uncorrectable ECC errors are increasing"),
+        dict(pack_key="gpu-lost", name="GPU lost", kind=RuleKind.GPU_LOST, window_s=60,
+             params={"removed_within_s": 86400}, for_s=0, severity=Severity.CRITICAL,
+             summary="{host} GPU {gpu_index} ({gpu}) is lost: gone from NVML or reported lost "
+                     "(fell off the bus? XID 79)"),
         dict(pack_key="gpu-xid", name="GPU XID error", metric="gpu.xid_last", aggregation="max",
              window_s=300, op=Op.GT, threshold=0, for_s=0, keep_firing_for_s=300,
              severity=Severity.CRITICAL, summary="{host} GPU {gpu_index}: XID {value:.0f}"),

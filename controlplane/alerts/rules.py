@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from django.core.exceptions import ValidationError
 
 from agents.protocol import Metric
+from controlplane.alerts.kind_params import params_problem
 from controlplane.alerts.models import Aggregation, AlertRule, RuleKind
 from controlplane.alerts.patterns import glob_problem
 from controlplane.alerts.silences import validate_matchers
@@ -27,6 +28,10 @@ NAMED_ENTITY = {
     RuleKind.KV_PRESSURE: "engine",
     RuleKind.MEMORY_BEYOND_SHARE: "gpu",
     RuleKind.CPU_BOUND_ENGINE: "engine",
+    RuleKind.ENGINE_STALLED: "engine",
+    RuleKind.GPU_LOST: "gpu",
+    RuleKind.OBJECTIVE_ATTAINMENT: "engine",
+    RuleKind.ERROR_BUDGET_BURN: "engine",
 }
 # The labels a rule's label_matchers scope by: the target's host name, engine name, GPU uuid and
 # the engine's model (a GPU or host target has no engine: those read "").
@@ -53,6 +58,8 @@ def validate_rule(rule: AlertRule) -> None:
         errors.update(_metric_errors(rule))
     if not 1 <= rule.window_s <= MAX_WINDOW_S:
         errors["window_s"] = f"window_s must be between 1 and {MAX_WINDOW_S} seconds"
+    elif rule.kind in RuleKind.values and (problem := params_problem(rule)):
+        errors["params"] = problem
     for field in ("host_ids", "engine_ids"):
         ids = getattr(rule, field)
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):

@@ -21,12 +21,19 @@ from django.core.management import call_command
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.pack import load_default_pack, pack
+from controlplane.fleet.models import Gpu
+from controlplane.telemetry.models import HistogramLayout
 from tests.support.alert_data import GIB, GPU_TOTAL, T0, Node, make_node, samples, ttft_layout
 from tests.support.samples import truncate_samples
 
 S = timedelta(seconds=1)
 START, END = T0 - 11 * 60 * S, T0 + 20 * 60 * S
 ONSET = T0  # every scenario's trouble starts here
+ITL_BOUNDS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5]
+
+
+def itl_layout() -> int:
+    return HistogramLayout.objects.get_or_create(bounds=ITL_BOUNDS)[0].id
 
 
 def healthy(node: Node) -> dict[str, dict]:
@@ -38,22 +45,31 @@ def healthy(node: Node) -> dict[str, dict]:
                 "ecc_dbe_total": 0},
         "engine": {"up": 1, "kv_cache_usage": 0.7, "requests_waiting": 0.0,
                    "requests_running": 24.0, "preemptions_per_s": 0.0,
+                   "generation_tokens_per_s": 850.0, "requests_finished_per_s": 3.0,
                    "ttft_seconds_layout": ttft_layout(),
                    # bounds 0.1 0.5 1 2.5 5 10: all under 1 s
-                   "ttft_seconds_counts": [5, 30, 10, 0, 0, 0, 0]},
+                   "ttft_seconds_counts": [5, 30, 10, 0, 0, 0, 0],
+                   # bounds 10 25 50 100 250 500 ms: all under 50 ms (objective 100 ms)
+                   "itl_seconds_layout": itl_layout(),
+                   "itl_seconds_counts": [100, 300, 100, 0, 0, 0, 0]},
         "proc": {"engine_id": node.engine.id, "cpu_pct": 60.0},
     }
 
 
 def write(node: Node, trouble: dict[str, dict] | None = None, silent: str | None = None,
-          gpus: tuple[int, ...] = (0,)) -> None:
+          gpus: tuple[int, ...] = (0,), lost_at: datetime | None = None) -> None:
     """Healthy rows from START to END; from ONSET, ``trouble`` overrides values (a callable
-    takes ts) on the entity, or ``silent`` entity sends nothing."""
+    takes ts) on the entity, or ``silent`` entity sends nothing. ``lost_at``: GPU 1 leaves
+    the host's inventory then (as ingest marks it) and sends nothing after."""
     base, trouble = healthy(node), trouble or {}
+    if lost_at is not None:
+        Gpu.objects.filter(id=node.gpus[1].id).update(present=False, removed_at=lost_at)
 
     def values(entity: str):
         def at(ts: datetime):
             if ts > ONSET and entity == silent:
+                return None
+            if lost_at is not None and ts > lost_at and getattr(at, "gpu_index", 0) == 1:
                 return None
             row = dict(base[entity])
             if ts > ONSET and (entity != "gpu" or at.gpu_index in gpus):
@@ -101,10 +117,23 @@ SCENARIOS = {
     "cgroup-throttle": dict(trouble={"host": {"cpu_throttled_pct": 35.0}}),
     "cpu-bound-engine": dict(trouble={"proc": {"cpu_pct": 99.5}, "gpu": {"util_pct": 55.0}},
                              gpus=(0, 1)),
+    # 24 requests running, and the counters of tokens and finished requests stand still
+    "engine-stalled": dict(trouble={"engine": {"generation_tokens_per_s": 0.0,
+                                               "requests_finished_per_s": 0.0}}),
+    # every request slower than the 2-s objective: the budget burns 100x
+    "ttft-budget-burn": dict(trouble={"engine": {"ttft_seconds_counts": [0, 0, 0, 0, 20, 30,
+                                                                         0]}}),
+    # every token later than the 100-ms objective
+    "itl-budget-burn": dict(trouble={"engine": {"itl_seconds_counts": [0, 0, 0, 0, 100, 300,
+                                                                       100]}}),
+    "gpu-lost": dict(lost_at=ONSET),
 }
 
-# A full KV cache with a queue that never drains is also a sustained waiting queue.
-ALSO = {"kv-cache-full": {"waiting-queue"}}
+# A full KV cache with a queue that never drains is also a sustained waiting queue. A TTFT p99
+# above the objective burns the TTFT error budget (here 27x), and a fast burn of it is a p99
+# above the objective.
+ALSO = {"kv-cache-full": {"waiting-queue"}, "ttft-p99": {"ttft-budget-burn"},
+        "ttft-budget-burn": {"ttft-p99"}}
 
 # The hosts of pack_fleet besides one per scenario: (how the node is made, what it writes).
 # Every host but the silent one keeps reporting throughout (ingest refreshes its last_seen).
@@ -116,6 +145,15 @@ OTHERS = {
     "pinned-busy-gpus": (dict(), dict(trouble={"proc": {"cpu_pct": 100.0}})),
     "default-share": (dict(utilization=""), dict()),
     "half-share": (dict(utilization="0.5"), dict()),
+    "idle-engine": (dict(), dict(trouble={"engine": {
+        "requests_running": 0.0, "requests_waiting": 0.0, "generation_tokens_per_s": 0.0,
+        "requests_finished_per_s": 0.0}})),
+    # /metrics no longer answers (up 0) but its last gauges still say 24 running, no progress
+    "down-stale-gauges": (dict(), dict(trouble={"engine": {
+        "up": 0, "generation_tokens_per_s": 0.0, "requests_finished_per_s": 0.0}})),
+    # the agent's last inventory lacked GPU 1, then the host went silent (decommissioned)
+    "gpu-gone-host-silent": (dict(last_seen=ONSET - 120 * S),
+                             dict(lost_at=ONSET - 125 * S)),
 }
 
 
@@ -213,3 +251,19 @@ def test_memory_beyond_share_follows_the_engines_configured_share(pack_fleet):
     fired = pack_fleet["half-share"]
     assert "memory-beyond-share" in fired.first
     assert fired.firing_at_end["memory-beyond-share"] == 2  # both GPUs
+
+
+def test_an_idle_engine_is_not_stalled(pack_fleet):
+    assert pack_fleet["idle-engine"].first == {}
+
+
+def test_an_engine_that_stops_answering_is_down_not_stalled(pack_fleet):
+    assert set(pack_fleet["down-stale-gauges"].first) == {"engine-down"}
+
+
+def test_the_lost_gpu_alone_is_lost(pack_fleet):
+    assert pack_fleet["gpu-lost"].firing_at_end["gpu-lost"] == 1
+
+
+def test_a_gpu_gone_from_a_silent_host_is_left_to_the_agent_offline_rule(pack_fleet):
+    assert set(pack_fleet["gpu-gone-host-silent"].first) == {"agent-offline"}

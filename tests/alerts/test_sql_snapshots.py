@@ -28,6 +28,7 @@ import pytest
 from controlplane.alerts import apply
 from controlplane.alerts.models import AlertRule, RuleKind
 from controlplane.alerts.named_kinds import (
+    absent_gpus_sql,
     engine_gpus_sql,
     gpu_shares_sql,
     host_no_data_sql,
@@ -76,6 +77,8 @@ CASES: dict[str, tuple[str, Case]] = {
                                    named(RuleKind.ENGINE_DOWN, window_s=30), NOW)),
     "kind_gpu_shares": ("named_kinds.gpu_shares_sql (memory_beyond_share)", gpu_shares_sql),
     "kind_engine_gpus": ("named_kinds.engine_gpus_sql (cpu_bound_engine)", engine_gpus_sql),
+    "kind_absent_gpus": ("named_kinds.absent_gpus_sql (gpu_lost)", lambda: absent_gpus_sql(
+        named(RuleKind.GPU_LOST, window_s=60, params={"removed_within_s": 86400}), NOW)),
     # the state half of a cycle (apply.py)
     "apply_load_alerts": ("apply.load_alerts_sql: the alerts a cycle may step; lane 2 of 2",
                           lambda: (apply.load_alerts_sql(HALF), None)),
