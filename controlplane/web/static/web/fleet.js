@@ -4,11 +4,13 @@
 
 import { LiveSocket } from "./live.js";
 import { fillFields, markSeen, ownCells, pageConfig, setBar, syncClock, tickFreshness } from "./dom.js";
+import { FleetTotals } from "./fleet_totals.js";
 
 const cfg = pageConfig();
 syncClock(cfg.server_now);
 const tbody = document.querySelector("#fleet-table tbody");
 const rows = new Map([...tbody.querySelectorAll("tr[data-host-id]")].map((tr) => [Number(tr.dataset.hostId), tr]));
+const totals = new FleetTotals(rows, cfg.totals || {});
 const controls = {
   q: document.getElementById("fleet-filter"),
   state: document.getElementById("fleet-state"),
@@ -113,7 +115,10 @@ function updateHost(h) {
 function onEvent(msg) {
   if (msg.type !== "fleet") return;
   let unknown = 0;
-  for (const h of msg.hosts || []) if (!updateHost(h)) unknown += 1;
+  for (const h of msg.hosts || []) {
+    if (!updateHost(h)) unknown += 1;
+    totals.take(h);
+  }
   if (unknown) document.getElementById("fleet-new-hosts").hidden = false;
   tick();
 }
@@ -121,6 +126,7 @@ function onEvent(msg) {
 function tick() {
   tickFreshness(rows.values(), cfg.online_window_s);
   arrange();
+  totals.render();
 }
 
 restoreFromUrl();
