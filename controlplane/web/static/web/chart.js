@@ -5,10 +5,13 @@ import uPlot from "uplot";
 import { axisFor, fullTime, ticks, timeTick, withUnit } from "./units.js";
 import { Columns } from "./timeseries.js";
 import { keyLabel, lineTakes, parseKey } from "./series.js";
+import { cssColour, cssList, onThemeChange } from "./theme.js";
 
+// Colours come from pitwall.css (--chart-*), light or dark as the system prefers; these are
+// the light ones, for a page without the stylesheet.
 const PALETTE = ["#2563eb", "#16a34a", "#ea580c", "#9333ea", "#0891b2", "#ca8a04", "#db2777",
   "#4b5563", "#65a30d", "#dc2626", "#0d9488", "#7c3aed"];
-const QUANTILE_COLOURS = { "0.5": "#16a34a", "0.9": "#d97706", "0.99": "#dc2626" };
+const QUANTILE_COLOURS = { "0.5": ["chart-p50", "#16a34a"], "0.9": ["chart-p90", "#d97706"], "0.99": ["chart-p99", "#dc2626"] };
 const REFERENCE = new Set(["total", "limit"]); // drawn dashed: a ceiling, not a measurement
 const HEIGHT = 190;
 
@@ -36,6 +39,10 @@ export class LineChart {
     this.u = null;
     this.stale = true; // the uPlot instance must be rebuilt (series added)
     new ResizeObserver(() => this.resize()).observe(this.plotEl);
+    onThemeChange(() => {
+      this.stale = true;
+      if (this.u) this.redraw();
+    });
   }
 
   plotWidth() {
@@ -138,9 +145,11 @@ export class LineChart {
     const { quantile } = parseKey(key);
     const label = this.labels[i];
     const reference = REFERENCE.has(label);
+    const palette = cssList("chart-series", PALETTE);
+    const q = QUANTILE_COLOURS[quantile];
     return {
       label,
-      stroke: QUANTILE_COLOURS[quantile] || (reference ? "#8a94a3" : PALETTE[i % PALETTE.length]),
+      stroke: q ? cssColour(...q) : reference ? cssColour("chart-reference", "#8a94a3") : palette[i % palette.length],
       dash: reference ? [5, 4] : undefined,
       width: 1.5,
       value: (u, v) => withUnit(v, this.axis),
@@ -148,7 +157,8 @@ export class LineChart {
   }
 
   options() {
-    const grid = { stroke: "#e7eaee", width: 1 };
+    const grid = { stroke: cssColour("chart-grid", "#e7eaee"), width: 1 };
+    const stroke = cssColour("chart-axis", "#5b6470");
     return {
       width: this.plotWidth(),
       height: HEIGHT,
@@ -163,9 +173,9 @@ export class LineChart {
         y: { range: (u, min, max) => yRange(min, max, this.axis.max) },
       },
       axes: [
-        { grid, ticks: grid, stroke: "#5b6470", size: 30,
+        { grid, ticks: grid, stroke, size: 30,
           values: (u, splits, ai, space, incr) => splits.map((ts) => timeTick(ts, incr)) },
-        { grid, ticks: grid, stroke: "#5b6470", label: this.axis.label, labelSize: 14, size: 52,
+        { grid, ticks: grid, stroke, label: this.axis.label, labelSize: 14, size: 52,
           values: (u, splits, ai, space, incr) => ticks(splits, incr) },
       ],
       series: [{ label: "time", value: (u, ts) => fullTime(ts) }, ...this.cols.keys.map((k, i) => this.seriesOptions(k, i))],

@@ -5,13 +5,16 @@
 import { axisFor, fullTime, timeTick } from "./units.js";
 import { lowerBound, typicalStep } from "./timeseries.js";
 import { lineTakes, parseKey } from "./series.js";
+import { cssColour, onThemeChange, rgb } from "./theme.js";
 
 // Left gutter for row labels: the CPU map lines up with the uPlot charts' plot area.
 const GUTTER_CPU = 66;
 const GUTTER_REASONS = 112;
 const GUTTER_B = 18;
 const GUTTER_T = 6; // room for the first row's label
+// No sample, and an inactive reason: pitwall.css's --chart-empty and --chart-off (light, dark).
 const EMPTY = [244, 246, 248];
+const OFF = [226, 232, 240];
 
 // viridis at 0, 25, 50, 75, 100 %: perceptually even, readable for colour-blind operators.
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
@@ -37,6 +40,10 @@ class Heatmap {
     this.step = null;
     this.canvas = null;
     new ResizeObserver(() => this.canvas && this.draw()).observe(this.plotEl);
+    onThemeChange(() => {
+      this._lut = null; // the colours of the cells
+      if (this.canvas) this.draw();
+    });
   }
 
   plotWidth() {
@@ -147,7 +154,7 @@ class Heatmap {
   paint(pixels, pw, ph, rows) {
     const [from, to] = this.window();
     const lut = this.lut();
-    const empty = pack(EMPTY);
+    const empty = pack(rgb(cssColour("chart-empty"), EMPTY));
     const span = to - from;
     // A column is drawn up to 1.5 steps (or one pixel) past its sample; beyond: a gap.
     const reach = Math.max((this.step || 1) * 1.5, span / pw);
@@ -165,12 +172,15 @@ class Heatmap {
   }
 
   lut() {
-    if (!this._lut) this._lut = Array.from({ length: 101 }, (_, v) => pack(this.colour(v)));
+    if (!this._lut) {
+      this.off = null;
+      this._lut = Array.from({ length: 101 }, (_, v) => pack(this.colour(v)));
+    }
     return this._lut;
   }
 
   labelAxes(ctx, w, h, rows, rowPx) {
-    ctx.fillStyle = "#5b6470";
+    ctx.fillStyle = cssColour("chart-axis", "#5b6470");
     ctx.font = "11px system-ui, sans-serif";
     ctx.textBaseline = "middle";
     ctx.textAlign = "right";
@@ -286,7 +296,8 @@ export class Timeline extends Heatmap {
   }
 
   colour(v) {
-    return v >= 100 ? [220, 38, 38] : v >= 50 ? [234, 179, 8] : [226, 232, 240];
+    if (v < 50) return this.off || (this.off = rgb(cssColour("chart-off"), OFF));
+    return v >= 100 ? [220, 38, 38] : [234, 179, 8];
   }
 
   rowLabel(row) {
