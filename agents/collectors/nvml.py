@@ -4,19 +4,30 @@ The NVML module is injected: ``pynvml`` (nvidia-ml-py) on a real host, ``agents.
 on a simulated one, a small fake in tests. NVML is initialised once, here, not per sample.
 A field NVML reports as not supported (or not permitted, or missing from an older pynvml) is
 absent from the sample and not asked again; any other NVML error is a one-line warning.
+
+A GPU that NVML reports lost (``NVMLError_GpuIsLost``, or ``NVMLError_Unknown`` from every
+read several intervals in a row) or that vanished from ``nvmlDeviceGetCount`` is still
+reported, as ``{"uuid", "lost": 1}``: the one thing the server can learn about it. A vanished
+GPU also leaves the inventory, so the server marks it absent; a lost one NVML still lists stays.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
 from agents.collectors.nvml_fields import FIELDS, Reader
-from agents.collectors.nvml_xid import MigIds, XidWatcher
+from agents.collectors.nvml_signals import COUNTERS
+from agents.collectors.nvml_xid import MigIds, XidWatcher, same_device
 
 SOURCE = "nvml"
 _UNSUPPORTED = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
+# Intervals in a row in which every read of a GPU failed with NVMLError_Unknown before it is
+# reported lost: one such interval can be a driver hiccup, several are a GPU off the bus.
+UNKNOWN_STREAK = 3
 
 
 @dataclass
@@ -26,6 +37,14 @@ class _Device:
     info: dict[str, Any]  # the inventory entry
     # Per field: index of the reader in use; len(readers) once every reader is unsupported.
     reader: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, tuple[int, float]] = field(default_factory=dict)  # key -> (value, when)
+    unknown: bool = False  # a read answered NVMLError_Unknown in this interval
+    unknown_streak: int = 0  # intervals in a row where every read answered it
+    vanished: bool = False  # no longer listed by nvmlDeviceGetCount / its handles
+
+    @property
+    def physical_uuid(self) -> str:
+        return self.info["mig"]["parent_uuid"] if self.mig_device else self.uuid
 
     @property
     def mig_parent(self) -> bool:
@@ -42,9 +61,12 @@ def _text(value: Any) -> str:
 
 
 class NvmlCollector:
-    def __init__(self, nvml: Any = None, warn: Warn = stderr_warn) -> None:
+    def __init__(self, nvml: Any = None, warn: Warn = stderr_warn,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._warn = WarnOnce(warn)
+        self._clock = clock
         self._devices: list[_Device] = []
+        self._count: int | None = None  # nvmlDeviceGetCount at the last look
         self._xid: XidWatcher | None = None
         self._driver: str | None = None
         self.available = False
@@ -54,6 +76,7 @@ class NvmlCollector:
             getattr(self._nvml, name) for name in _UNSUPPORTED if hasattr(self._nvml, name)
         )
         self._lost = getattr(self._nvml, "NVMLError_GpuIsLost", ())
+        self._unknown_error = getattr(self._nvml, "NVMLError_Unknown", ())
         if self._nvml is None:
             return
         try:
@@ -80,10 +103,15 @@ class NvmlCollector:
             return None
         return pynvml
 
+    @property
+    def nvml(self) -> Any:
+        """The NVML module in use (pynvml, or the simulation a scenario drives)."""
+        return self._nvml
+
     # -- inventory ------------------------------------------------------------------------
 
     def inventory(self) -> list[dict[str, Any]]:
-        return [dict(dev.info) for dev in self._devices]
+        return [dict(dev.info) for dev in self._devices if not dev.vanished]
 
     def driver_version(self) -> str | None:
         return self._driver
@@ -97,6 +125,7 @@ class NvmlCollector:
 
     def _discover(self) -> list[_Device]:
         count = self._optional(lambda: self._nvml.nvmlDeviceGetCount()) or 0
+        self._count = count
         devices: list[_Device] = []
         for index in range(count):
             try:
@@ -163,27 +192,90 @@ class NvmlCollector:
     # -- samples ----------------------------------------------------------------------------
 
     def collect(self) -> list[dict[str, Any]]:
+        if not self.available:
+            return []
+        self._look_for_vanished()
         xids = self._xid.drain() if self._xid is not None else {}
+        now = self._clock()
         samples = []
         for dev in self._devices:
-            sample = self._sample(dev)
+            sample = {"uuid": dev.uuid, "lost": 1} if dev.vanished else self._sample(dev, now)
             if dev.uuid in xids:
-                # An XID (79: fallen off the bus) is the one thing a lost GPU can still tell.
-                sample = {**(sample or {"uuid": dev.uuid}), "xid_last": xids[dev.uuid]}
-            if sample is not None:
-                samples.append(sample)
+                # An XID (79: fallen off the bus) is what explains a lost GPU.
+                sample["xid_last"] = xids[dev.uuid]
+            samples.append(sample)
         return samples
 
-    def _sample(self, dev: _Device) -> dict[str, Any] | None:
+    def _sample(self, dev: _Device, now: float) -> dict[str, Any]:
         sample: dict[str, Any] = {"uuid": dev.uuid}
+        dev.unknown = False
         try:
             for name, readers in FIELDS:
                 sample.update(self._read(dev, name, readers) or {})
         except self._lost as exc:
-            self._warn.fail(f"{SOURCE} {dev.uuid}", f"{exc}; skipped")
-            return None
+            self._warn.fail(f"{SOURCE} {dev.uuid}", f"{exc}; reported lost")
+            return {"uuid": dev.uuid, "lost": 1}
+        self._rates(dev, sample, now)
+        dev.unknown_streak = dev.unknown_streak + 1 if dev.unknown and len(sample) == 1 else 0
+        if dev.unknown_streak >= UNKNOWN_STREAK:
+            self._warn.fail(f"{SOURCE} {dev.uuid}", f"every read failed {UNKNOWN_STREAK} "
+                            "intervals in a row (NVML: Unknown Error); reported lost")
+            return {"uuid": dev.uuid, "lost": 1}
         self._warn.ok(f"{SOURCE} {dev.uuid}")
+        sample["lost"] = 0
         return sample
+
+    @staticmethod
+    def _rates(dev: _Device, sample: dict[str, Any], now: float) -> None:
+        """Cumulative counters (NVLink KiB) -> per-second rates from the previous reading.
+
+        The first reading, and one below the last (the driver reloaded), give no rate."""
+        for key, (rate_key, scale) in COUNTERS.items():
+            if key not in sample:
+                continue
+            value = sample.pop(key)
+            last = dev.counters.get(key)
+            dev.counters[key] = (value, now)
+            if last is not None and now > last[1] and value >= last[0]:
+                sample[rate_key] = (value - last[0]) * scale / (now - last[1])
+
+    # -- a GPU that left the bus ------------------------------------------------------------
+
+    def _look_for_vanished(self) -> None:
+        """When nvmlDeviceGetCount changes, find which GPUs NVML still lists (by UUID)."""
+        count = self._optional(lambda: self._nvml.nvmlDeviceGetCount())
+        if count is None or count == self._count:
+            return
+        self._count = count
+        listed = self._listed(count)
+        for dev in self._devices:
+            found = listed.get(dev.physical_uuid)
+            if found is None:
+                if not dev.vanished:
+                    self._warn.fail(f"{SOURCE} {dev.uuid} vanished", "NVML no longer lists "
+                                    "this GPU; reported lost and left out of the inventory")
+                dev.vanished = True
+            else:  # listed (again): NVML may have renumbered the GPUs
+                index, handle = found
+                dev.info["index"], dev.vanished = index, False
+                if not dev.mig_device:
+                    dev.handle = handle
+
+    def _listed(self, count: int) -> dict[str, tuple[int, Any]]:
+        """UUID -> (index, handle) of each GPU NVML lists now."""
+        listed = {}
+        for index in range(count):
+            try:
+                handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+            except (*self._unsupported, self._nvml.NVMLError):
+                continue
+            uuid = self._optional(lambda h=handle: _text(self._nvml.nvmlDeviceGetUUID(h)))
+            if uuid is None:  # a lost GPU no longer tells its UUID, but NVML still lists it
+                uuid = next((dev.uuid for dev in self._devices if not dev.mig_device
+                             and same_device(dev.handle, handle)), None)
+            if uuid is not None:
+                listed[uuid] = (index, handle)
+        return listed
 
     def _read(self, dev: _Device, name: str, readers: tuple[Reader, ...]) -> Any:
         """The first supported reader's answer, or None. Lets GpuIsLost through."""
@@ -196,6 +288,7 @@ class NvmlCollector:
                 dev.reader[name] = i + 1
                 continue
             except self._nvml.NVMLError as exc:
+                dev.unknown = dev.unknown or isinstance(exc, self._unknown_error)
                 self._warn.fail(f"{SOURCE} {dev.uuid} {name}", str(exc))
                 return None
             self._warn.ok(f"{SOURCE} {dev.uuid} {name}")
@@ -207,7 +300,7 @@ class NvmlCollector:
         readers = (_compute_processes,)
         result: dict[int, dict[str, int]] = {}
         for dev in self._devices:
-            if dev.mig_parent:  # its MIG devices list their own processes
+            if dev.mig_parent or dev.vanished:  # MIG devices list their own processes
                 continue
             try:
                 processes = self._read(dev, "processes", readers) or []

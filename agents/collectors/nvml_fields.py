@@ -3,13 +3,16 @@
 Each field is a name (the key under which "unsupported" is remembered per GPU) and a tuple of
 readers tried in order: a reader that raises "not supported" (or finds its function missing
 from an older pynvml) is never asked again on that GPU and the next one takes over. Readers
-convert NVML units to the catalog's: mW -> W, KB/s -> bytes/s.
+convert NVML units to the catalog's: mW -> W, KB/s -> bytes/s. The health and interconnect
+readers (energy, NVLink, ECC, remapped rows, PCIe replays) are in nvml_signals.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from agents.collectors.nvml_signals import SIGNAL_FIELDS
 
 Values = dict[str, int | float]
 Reader = Callable[[Any, Any], Any]  # (nvml module, device handle) -> values
@@ -95,4 +98,5 @@ FIELDS: tuple[tuple[str, tuple[Reader, ...]], ...] = (
     ("throttle_reasons", (clocks_event_reasons, clocks_throttle_reasons)),
     ("ecc", (ecc_uncorrected,)),
     ("fan", (fan,)),
+    *SIGNAL_FIELDS,  # energy, NVLink, corrected ECC, remapped rows, PCIe replays
 )

@@ -7,6 +7,7 @@ one with timeout 0, so the agent loop never waits on the driver.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,7 +32,8 @@ class XidWatcher:
         self._nvml = nvml
         self._mig_ids = mig_ids
         self._warn = warn
-        self._events = self._register(gpus, unsupported)
+        self._gpus = list(gpus)
+        self._events = self._register(self._gpus, unsupported)
 
     @property
     def watching(self) -> bool:
@@ -81,7 +83,9 @@ class XidWatcher:
         try:
             parent = self._nvml.nvmlDeviceGetUUID(data.device)
         except self._nvml.NVMLError:
-            return None
+            # A GPU that fell off the bus (XID 79) no longer tells its UUID: the handle does.
+            return next((uuid for uuid, handle in self._gpus
+                         if same_device(handle, data.device)), None)
         parent = parent.decode() if isinstance(parent, bytes) else parent
         # The event names a MIG instance when its ids match one; otherwise the whole GPU.
         key = (parent, getattr(data, "gpuInstanceId", -1), getattr(data, "computeInstanceId", -1))
@@ -95,3 +99,14 @@ class XidWatcher:
     def _free(self, events: Any) -> None:
         with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlEventSetFree(events)
+
+
+def same_device(a: Any, b: Any) -> bool:
+    """pynvml hands out a new pointer object per call: compare the addresses they hold."""
+    if a is b:
+        return True
+    try:
+        address = ctypes.cast(a, ctypes.c_void_p).value
+        return address is not None and address == ctypes.cast(b, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return False

@@ -4,7 +4,9 @@
 semantics and units (mW, KB/s, bytes), its structs and its error classes; constants and error
 classes are pynvml's own (importing pynvml is safe: it loads the driver only in nvmlInit, which
 the simulation never calls). GPU memory and utilisation follow the simulated vLLM engines'
-state (see sim_nvml_state); power, clocks and temperature follow utilisation (sim_nvml_model).
+state (see sim_nvml_state); power, clocks and temperature follow utilisation (sim_nvml_model);
+energy, NVLink and error counters follow both (sim_nvml_counters, queried in sim_nvml_health),
+as far as the board has them (sim_nvml_caps). ``fall_off_bus`` takes a GPU off the bus.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from typing import Any
 
 import pynvml
 
+from agents.sim.sim_nvml_caps import caps_for
+from agents.sim.sim_nvml_counters import Counters
 from agents.sim.sim_nvml_events import NO_INSTANCE, EventHub, EventSet
+from agents.sim.sim_nvml_health import HealthApi
 from agents.sim.sim_nvml_model import (
     CUDA_CONTEXT_BYTES,
     MEM_CLOCK_MHZ,
@@ -31,12 +36,19 @@ from agents.sim.sim_nvml_model import (
 )
 from agents.sim.sim_nvml_state import StateSource, http_state_source
 
-__all__ = ["SimNvml", "StateSource", "http_state_source", "sim_uuid"]
+__all__ = ["FALL_OFF_FORMS", "SimNvml", "StateSource", "http_state_source", "sim_uuid"]
 
 DRIVER_VERSION = "550.127.08"
 H100_SXM_PCI_ID = 0x233010DE
 HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)  # an 8-GPU HGX board's layout
 _UUID_NAMESPACE = uuid.UUID("5b1e0c7e-3f0a-4c59-9d8e-0d4f1c6b2a10")
+XID_FALLEN_OFF_THE_BUS = 79
+# How a GPU that fell off the bus answers: "lost" (every query on it NVML_ERROR_GPU_IS_LOST,
+# and XID 79), "unknown" (every query NVML_ERROR_UNKNOWN), "vanished" (NVML lists it no more:
+# nvmlDeviceGetCount drops it, the others are renumbered; an old handle answers GPU_IS_LOST).
+FALL_OFF_FORMS = ("lost", "unknown", "vanished")
+_FALLEN_ERRORS = {"lost": pynvml.NVML_ERROR_GPU_IS_LOST, "unknown": pynvml.NVML_ERROR_UNKNOWN,
+                  "vanished": pynvml.NVML_ERROR_GPU_IS_LOST}
 
 
 def sim_uuid(hostname: str, index: int) -> str:
@@ -56,7 +68,7 @@ class _Handle:
         return f"<sim GPU {self.index}>"
 
 
-class SimNvml:
+class SimNvml(HealthApi):
     SIMULATED = True
 
     def __init__(
@@ -76,14 +88,16 @@ class SimNvml:
         self._clock = clock
         self._handles = [_Handle(self, i) for i in range(count)]
         seeds = random.Random(seed)  # one seed makes the whole host reproducible
+        self.caps = caps_for(model)
         self._models = [
-            GpuModel(mem_total_bytes, random.Random(seeds.random())) for _ in range(count)
+            GpuModel(mem_total_bytes, random.Random(seeds.random()), self.caps,
+                     random.Random(f"{seed}/counters/{i}") if seed is not None else None)
+            for i in range(count)
         ]
         self._refreshed_at: float | None = None
         self._inits = 0
         self._hub = EventHub()
-        # Data-center boards (SXM, passive PCIe) have no fan of their own: NVML says not supported.
-        self._has_fan = any(word in model for word in ("RTX", "GeForce", "Quadro"))
+        self._fallen: dict[int, str] = {}  # GPU index (as at start) -> how it fell off the bus
 
     @classmethod
     def for_host(cls, hostname: str, count: int, engine_urls: Iterable[str], **kw: Any) -> SimNvml:
@@ -104,6 +118,22 @@ class SimNvml:
         """Deliver an XID critical error on GPU ``index`` to every event set watching it."""
         self._hub.inject(index, self._handles[index], code)
 
+    def fall_off_bus(self, index: int, form: str = "lost") -> None:
+        """GPU ``index`` (numbered as at start) falls off the bus, in one of FALL_OFF_FORMS."""
+        if form not in FALL_OFF_FORMS:
+            raise ValueError(f"form must be one of {', '.join(FALL_OFF_FORMS)}, not {form!r}")
+        if form == "lost":
+            self.inject_xid(index, XID_FALLEN_OFF_THE_BUS)  # what the driver logs when it happens
+        self._fallen[index] = form
+
+    @property
+    def fallen(self) -> dict[int, str]:
+        """GPU index -> how it fell off the bus."""
+        return dict(self._fallen)
+
+    def _listed(self) -> list[_Handle]:
+        return [h for h in self._handles if self._fallen.get(h.index) != "vanished"]
+
     # -- plumbing -------------------------------------------------------------------------
 
     def _check_init(self) -> None:
@@ -114,6 +144,8 @@ class SimNvml:
         self._check_init()
         if not isinstance(handle, _Handle) or handle.owner is not self:
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if handle.index in self._fallen:
+            raise _error(_FALLEN_ERRORS[self._fallen[handle.index]])
         return handle.index
 
     def _read(self, handle: Any) -> Reading:
@@ -122,6 +154,10 @@ class SimNvml:
         if self._refreshed_at is None or now - self._refreshed_at >= self.refresh_s:
             self._refresh(now)
         return self._models[index].reading
+
+    def _counters_of(self, handle: Any) -> Counters:
+        self._read(handle)  # brings the counters up to now
+        return self._models[handle.index].counters.now
 
     def _refresh(self, now: float) -> None:
         self._refreshed_at = now
@@ -151,12 +187,12 @@ class SimNvml:
 
     def nvmlDeviceGetCount(self) -> int:
         self._check_init()
-        return len(self._handles)
+        return len(self._listed())
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
         if not 0 <= index < self.nvmlDeviceGetCount():
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return self._handles[index]
+        return self._listed()[index]
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         return sim_uuid(self.hostname, self._index(handle))
@@ -166,7 +202,8 @@ class SimNvml:
         return self.model
 
     def nvmlDeviceGetIndex(self, handle: Any) -> int:
-        return self._index(handle)
+        self._index(handle)
+        return self._listed().index(handle)
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> pynvml.nvmlPciInfo_t:
         index = self._index(handle)
@@ -237,13 +274,9 @@ class SimNvml:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
         return self._read(handle).reasons
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
-        self._index(handle)
-        return 0
-
     def nvmlDeviceGetFanSpeed(self, handle: Any) -> int:
         reading = self._read(handle)
-        if not self._has_fan:
+        if not self.caps.fan:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return int(min(100.0, max(30.0, 30 + 1.5 * (reading.temp_c - 35))))
 

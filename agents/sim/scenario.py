@@ -79,6 +79,9 @@ class Perturbations:
     cpu_contention: float = 0.0  # 0-1: the share of the deployment's CPUs other work takes
     cpu_quota: float | None = None  # a cgroup CPU quota on vLLM, in cores
     foreign_gpu_bytes: dict[int, int] = field(default_factory=dict)  # GPU index -> bytes
+    # GPU index -> (form, seconds after the first sample): it falls off the bus then, in one of
+    # agents/sim/gpus.FALL_OFF_FORMS ("lost", "unknown", "vanished").
+    off_bus: dict[int, tuple[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,16 @@ def simulate(scenario: Scenario, minutes: float, end: float,
     batches = []
     for i in range(count):
         clock.now = first + i * interval
+        _fall_off_bus(scenario, sampler, clock.now - first)
         batches.append(builder.build([sampler.sample()], sampler.inventory()))
     return batches
+
+
+def _fall_off_bus(scenario: Scenario, sampler: Sampler, elapsed: float) -> None:
+    nvml = sampler.sources.gpus.nvml
+    for index, (form, after) in scenario.perturb.off_bus.items():
+        if elapsed >= after and index not in nvml.fallen:
+            nvml.fall_off_bus(index, form)
 
 
 def _build(s: Scenario, clock: _Clock, interval: float) -> tuple[SimVllm, Sampler]:
@@ -134,7 +145,7 @@ def _build(s: Scenario, clock: _Clock, interval: float) -> tuple[SimVllm, Sample
     sources = Sources(
         host=SimHost(h.hostname, nodes, h.mem_bytes, sim.state, p.cpu_contention, p.cpu_quota,
                      d.api_server_count),
-        gpus=NvmlCollector(nvml), engines=[engine],
+        gpus=NvmlCollector(nvml, clock=clock), engines=[engine],
         processes=SimProcesses(ENGINE_PID, list(d.cpus), nodes, d.api_server_count),
         simulated=True, numa_node=_bus_nodes(nvml, h.gpu_nodes), hostname=h.hostname,
         sim_state=lambda collector: sim.state())

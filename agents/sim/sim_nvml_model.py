@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import nvml_bits
+from agents.sim.sim_nvml_caps import Caps
+from agents.sim.sim_nvml_counters import CounterModel
 
 MIB = 1024**2
 CUDA_CONTEXT_BYTES = 512 * MIB  # what a CUDA context costs beyond the vLLM budget
@@ -32,6 +34,7 @@ class Claim:
     mem_bytes: int  # gpu_memory_utilization x total, reserved at start and held
     busy: float  # 0-1, share of time a kernel runs
     kv_usage: float  # 0-1
+    peers: int = 1  # GPUs the engine spans (tensor parallel): more than one talk over NVLink
 
 
 def claims_from_state(state: dict[str, Any], mem_total: int) -> dict[int, Claim]:
@@ -42,6 +45,7 @@ def claims_from_state(state: dict[str, Any], mem_total: int) -> dict[int, Claim]
             mem_bytes=int(float(state["gpu_memory_utilization"]) * mem_total),
             busy=min(1.0, max(0.0, float(state["busy_fraction"]))),
             kv_usage=min(1.0, max(0.0, float(state["kv_cache_usage"]))),
+            peers=len(state["gpu_indices"]),
         )
         return {int(index): claim for index in state["gpu_indices"]}
     except (KeyError, TypeError, ValueError):
@@ -63,11 +67,15 @@ class Reading:
 
 
 class GpuModel:
-    def __init__(self, mem_total: int, rng: random.Random) -> None:
+    def __init__(self, mem_total: int, rng: random.Random, caps: Caps | None = None,
+                 counter_rng: random.Random | None = None) -> None:
         self.mem_total = mem_total
         self._rng = rng
         self._at: float | None = None
         self.reading = Reading()
+        # Its own random stream: the counters' draws leave the sensors' sequence as it was.
+        self.counters = CounterModel(caps or Caps(), counter_rng or random.Random())
+        self._counted_at: float | None = None
 
     def update(self, claims: list[Claim], now: float) -> None:
         rng, r = self._rng, Reading(processes=list(claims))
@@ -88,7 +96,14 @@ class GpuModel:
         # Inference moves little over PCIe (tokens in and out, NVLink carries the collectives).
         r.rx_kbs = int(busy * rng.uniform(80_000, 250_000) + rng.uniform(0, 400))
         r.tx_kbs = int(busy * rng.uniform(20_000, 80_000) + rng.uniform(0, 200))
+        self._count(r, busy, max((c.peers for c in claims if c.busy > 0), default=1), now)
         self.reading = r
+
+    def _count(self, r: Reading, busy: float, peers: int, now: float) -> None:
+        if self._counted_at is not None:  # the mean power of the step: from old to new draw
+            watts = (self.reading.power_mw + r.power_mw) / 2000
+            self.counters.advance(now - self._counted_at, watts, busy, peers, busy)
+        self._counted_at = now
 
     def _clocks(self, r: Reading, active: bool) -> tuple[int, int]:
         if not active:

@@ -165,4 +165,20 @@ def gpu_charts(gpu: Gpu) -> list[Chart]:
         Chart("ecc", "Uncorrected ECC errors (since manufacture)",
               _one(g, ("gpu.ecc_dbe_total", "double-bit"))),
         Chart("xid", "Last XID error", (Line("gpu.xid_last", entity=g, label="XID", stat="max"),)),
+        # A counter since the driver loaded: its slope is the energy drawn (kWh = J / 3.6e6).
+        Chart("energy", "Energy since the driver loaded", _one(g, ("gpu.energy_j", "energy"))),
+        Chart("nvlink", "NVLink", _one(g, ("gpu.nvlink_rx_bps", "rx"),
+                                       ("gpu.nvlink_tx_bps", "tx"))),
+        Chart("error-counters", "Corrected errors and replays (counters)",
+              _one(g, ("gpu.ecc_sbe_total", "corrected ECC"),
+                   ("gpu.nvlink_errors_total", "NVLink CRC/replay/recovery"),
+                   ("gpu.pcie_replays_total", "PCIe replays"))),
+        Chart("remapped-rows", "Remapped memory rows",
+              _one(g, ("gpu.remapped_rows_correctable", "correctable"),
+                   ("gpu.remapped_rows_uncorrectable", "uncorrectable"))),
+        # Flags: the max of a bucket keeps a 1 that a shorter moment raised.
+        Chart("health-flags", "Lost, remapping pending or failed (1 = yes)", tuple(
+            Line(metric, entity=g, label=label, stat="max") for metric, label in (
+                ("gpu.lost", "lost (NVML)"), ("gpu.remapped_rows_pending", "remap pending"),
+                ("gpu.remapped_rows_failed", "remap failed")))),
     ]

@@ -338,7 +338,7 @@ def test_it_reports_an_xid_for_the_interval_it_happened_in_only(warnings):
     assert nvml.wait_timeouts and set(nvml.wait_timeouts) == {0}  # never blocks
 
 
-def test_it_warns_once_and_skips_a_lost_gpu(warnings):
+def test_it_warns_once_and_reports_a_lost_gpu_as_lost_only(warnings):
     is_lost = {"nvmlDeviceGetUtilizationRates": pynvml.NVML_ERROR_GPU_IS_LOST}
     lost = FakeGpu("GPU-lost", fail=is_lost)
     _, collector = make([FakeGpu("GPU-a"), lost, FakeGpu("GPU-c")], warnings)
@@ -346,9 +346,12 @@ def test_it_warns_once_and_skips_a_lost_gpu(warnings):
     first = collector.collect()
     second = collector.collect()
 
-    assert [s["uuid"] for s in first] == ["GPU-a", "GPU-c"]
-    assert [s["uuid"] for s in second] == ["GPU-a", "GPU-c"]
+    for samples in (first, second):
+        assert [s["uuid"] for s in samples] == ["GPU-a", "GPU-lost", "GPU-c"]
+        assert samples[1] == {"uuid": "GPU-lost", "lost": 1}  # nothing it read before counts
+        assert samples[0]["lost"] == samples[2]["lost"] == 0
     assert first[0]["util_pct"] == 75
+    assert [g["uuid"] for g in collector.inventory()] == ["GPU-a", "GPU-lost", "GPU-c"]
     assert len(warnings) == 1
     assert "GPU-lost" in warnings[0] and "nvml" in warnings[0] and "\n" not in warnings[0]
 
@@ -358,7 +361,7 @@ def test_a_lost_gpu_still_reports_the_xid_that_explains_it(warnings):
     nvml, collector = make([lost], warnings)
     nvml.push_xid(lost, 79)  # "GPU has fallen off the bus"
 
-    assert collector.collect() == [{"uuid": "GPU-lost", "xid_last": 79}]
+    assert collector.collect() == [{"uuid": "GPU-lost", "lost": 1, "xid_last": 79}]
 
 
 def test_it_warns_about_other_nvml_errors_and_drops_only_that_field(warnings):

@@ -33,7 +33,9 @@ def engine_state(**overrides) -> dict:
 def collector(**sim_args) -> tuple[SimNvml, NvmlCollector, list[str]]:
     warnings: list[str] = []
     sim = SimNvml(**{"count": 4, "seed": 7, **sim_args})
-    return sim, NvmlCollector(nvml=sim, warn=warnings.append), warnings
+    clock = sim_args.get("clock")
+    kw = {"clock": clock} if clock is not None else {}
+    return sim, NvmlCollector(nvml=sim, warn=warnings.append, **kw), warnings
 
 
 def by_index(col: NvmlCollector, samples: list[dict]) -> dict[int, dict]:
@@ -42,12 +44,15 @@ def by_index(col: NvmlCollector, samples: list[dict]) -> dict[int, dict]:
 
 
 def test_every_gpu_metric_the_sim_supports_is_present_and_within_catalog_bounds():
-    _, col, warnings = collector(state_sources=[lambda: engine_state()])
+    now = [100.0]
+    _, col, warnings = collector(state_sources=[lambda: engine_state()], clock=lambda: now[0])
     gpu_keys = wire_keys("gpu")
     # An H100 SXM has no fan of its own; an XID only appears when one happens.
     expected = set(gpu_keys) - {"fan_pct", "xid_last"}
+    col.collect()  # the NVLink rates need a first reading
 
     for _ in range(5):
+        now[0] += 1.0
         for sample in col.collect():
             assert set(sample) - {"uuid"} == expected
             for key, value in sample.items():

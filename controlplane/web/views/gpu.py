@@ -17,11 +17,13 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("host"), pk=gpu_id)
     values = latest("gpu", [gpu.id])[gpu.id]
     mask = values.get("throttle_reasons")
+    energy = values.get("energy_j")  # joules since the driver loaded
     # The GPU's samples travel in its host's live events (docs/live.md).
     context = page_context(
         request, "gpu", [f"host:{gpu.host_id}"], gpu=gpu, host=gpu.host,
         online=is_online(gpu.host.last_seen), values=values,
         reasons=decode(int(mask)) if mask is not None else [],
+        energy_kwh=energy / 3.6e6 if energy is not None else None,
         engines=[e for e in gpu.host.engines.filter(present=True) if gpu.uuid in e.gpu_uuids],
         charts=gpu_charts(gpu))
     return render(request, "web/gpu.html", context)
