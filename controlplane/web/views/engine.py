@@ -5,6 +5,7 @@ from django.shortcuts import get_object_or_404, render
 
 from controlplane.fleet.models import Engine, Gpu
 from controlplane.fleet.queries import is_online
+from controlplane.telemetry.stall import stalled_engines
 from controlplane.web.charts import engine_charts
 from controlplane.web.latest import latest
 from controlplane.web.views.access import read_fleet
@@ -23,6 +24,7 @@ def engine(request: HttpRequest, engine_id: int) -> HttpResponse:
     context = page_context(
         request, "engine", [f"engine:{engine.id}"], engine=engine, host=engine.host,
         online=is_online(engine.last_seen), gpus=list(gpus),
+        stalled_since=stalled_engines([engine.id]).get(engine.id),
         values=latest("engine", [engine.id])[engine.id],
         config=config_rows(engine.config), charts=engine_charts(engine))
     return render(request, "web/engine.html", context)

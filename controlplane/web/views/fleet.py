@@ -10,6 +10,7 @@ from django.shortcuts import render
 from controlplane.alerts.models import Alert, AlertState
 from controlplane.fleet.models import Engine, Gpu, Host
 from controlplane.fleet.queries import hosts_with_state, is_online
+from controlplane.telemetry.stall import stalled_engines
 from controlplane.web.latest import Values, latest
 from controlplane.web.views.access import read_fleet
 from controlplane.web.views.common import page_context
@@ -86,7 +87,9 @@ def fleet_rows() -> list[FleetRow]:
     rows = {h.id: FleetRow(h, is_online(h.last_seen), host_values[h.id]) for h in hosts}
     for gpu in gpus:
         rows[gpu.host_id].gpus.append((gpu, gpu_values[gpu.id]))
+    stalled = stalled_engines([e.id for e in engines])
     for engine in engines:
+        engine.stalled_since = stalled.get(engine.id)  # the chip's "stalled" badge
         rows[engine.host_id].engines.append((engine, engine_values[engine.id]))
     return list(rows.values())
 
