@@ -10,6 +10,11 @@ from controlplane.api.views.deployments import (
     AgentStatusView,
     DeploymentViewSet,
 )
+from controlplane.api.views.efficiency import (
+    EngineEfficiencyListView,
+    EngineEfficiencyView,
+    ModelEfficiencyListView,
+)
 from controlplane.api.views.engines import EngineViewSet
 from controlplane.api.views.export import PrometheusExportView
 from controlplane.api.views.gpus import GpuViewSet
@@ -42,6 +47,10 @@ urlpatterns = [
     # no inline script without a nonce.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("series/", SeriesView.as_view(), name="series"),
+    path("efficiency/engines/", EngineEfficiencyListView.as_view(), name="efficiency-engines"),
+    path("efficiency/engines/<int:engine_id>/", EngineEfficiencyView.as_view(),
+         name="efficiency-engine"),
+    path("efficiency/models/", ModelEfficiencyListView.as_view(), name="efficiency-models"),
     path("export/prometheus", PrometheusExportView.as_view(), name="export-prometheus"),
     path("agent/config", AgentConfigView.as_view(), name="agent-config"),
     path("agent/status", AgentStatusView.as_view(), name="agent-status"),

@@ -8,6 +8,7 @@ urlpatterns = [
     path("hosts/<int:host_id>/", views.host, name="host"),
     path("engines/<int:engine_id>/", views.engine, name="engine"),
     path("gpus/<int:gpu_id>/", views.gpu, name="gpu"),
+    path("efficiency/", views.efficiency_page, name="efficiency"),
     path("alerts/", views.alerts, name="alerts"),
     # Notifications link here as /alerts/<id> (delivery.dispatch): with or without the slash.
     path("alerts/<int:alert_id>/", views.alert, name="alert"),

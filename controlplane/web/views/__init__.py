@@ -25,6 +25,7 @@ from controlplane.web.views.deployments import (
     deployment_new,
     deployment_revert,
 )
+from controlplane.web.views.efficiency import efficiency_page
 from controlplane.web.views.engine import engine
 from controlplane.web.views.fleet import fleet
 from controlplane.web.views.gpu import gpu
@@ -34,6 +35,7 @@ from controlplane.web.views.silences import silence_expire, silences
 from controlplane.web.views.suggestions import suggestion_action, suggestion_list
 
 __all__ = [
+    "efficiency_page",
     "agent_token_revoke", "api_token_revoke", "api_tokens", "audit", "user_change", "user_list",
     "alert", "alert_ack", "alert_rule", "alert_rule_delete", "alert_rule_new", "alert_rules",
     "alerts", "channel_enable", "channel_test", "channels", "deployment", "deployment_list",

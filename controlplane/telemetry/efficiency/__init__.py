@@ -1,0 +1,233 @@
+"""Efficiency and objectives per engine and per model over a range (docs/efficiency.md).
+
+``report`` reads, for the engines in question, over the range asked (1 h, 24 h, 7 d or 30 d
+ending at ``end``), from the coarsest rollup tier that serves it (stretches.py):
+
+- generation tokens: ``engine.generation_tokens_per_s`` summed over the samples, times the
+  agent's sampling interval (as the rows show it);
+- energy: the rise of the engine's GPUs' total energy counter (``gpu.energy_j``) when every
+  one of them reported it, else their ``gpu.power_w`` integrated over the samples;
+- GPU-hours: the engine's GPUs times the hours with samples; cost from the GPU-hour price;
+- objective attainment: the share of TTFT and ITL observations under the objectives, from
+  the histograms summed over the range, and the error-budget burn over its last hour and its
+  last 30 days.
+
+A model's figures are its engines' totals added up. No HTTP here: ``SeriesError`` names the
+request parameter at fault; statements run under the query timeout (``QueryTimeout``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+
+from agents.protocol import METRICS
+from controlplane.fleet.models import Engine, Gpu
+from controlplane.telemetry.efficiency import reads
+from controlplane.telemetry.efficiency.figures import (
+    ENERGY_COUNTER,
+    POWER,
+    Figures,
+    Inputs,
+    Terms,
+    figures,
+)
+from controlplane.telemetry.efficiency.stretches import plan_stretches
+from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.series.errors import SeriesError
+from controlplane.telemetry.series.plan import Stretch
+from controlplane.telemetry.series.timeouts import statement_timeout
+
+__all__ = ["DEFAULT_RANGE", "RANGES", "EngineRow", "Figures", "ModelRow", "Report", "report"]
+
+RANGES: dict[str, timedelta] = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+DEFAULT_RANGE = "1h"
+BURN_WINDOWS = {"1h": timedelta(hours=1), "30d": timedelta(days=30)}
+
+GENERATION = METRICS["engine.generation_tokens_per_s"]
+POWER_METRIC = METRICS["gpu.power_w"]
+HISTOGRAMS = {"ttft": METRICS["engine.ttft_seconds"], "itl": METRICS["engine.itl_seconds"]}
+# Without a reading of the sampling interval (a single sample), the agent's default.
+DEFAULT_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    id: int
+    name: str
+    host_id: int
+    hostname: str
+    model: str
+    gpu_ids: list[int]
+    figures: Figures
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    model: str
+    engine_ids: list[int]
+    figures: Figures
+
+
+@dataclass(frozen=True)
+class Report:
+    range: str
+    start: datetime
+    end: datetime
+    resolution: str  # the tier read for the range's whole buckets: "raw", "1m" or "1h"
+    stretches: list[Stretch]  # the tables the engines' figures were read from, in time order
+    target: float
+    objective_ms: dict[str, float]
+    gpu_hour_price: float | None
+    currency: str
+    energy_counter_known: bool  # whether the catalog has gpu.energy_j at all
+    engines: list[EngineRow]
+    models: list[ModelRow]
+
+
+def report(range_name: str = DEFAULT_RANGE, end: datetime | None = None,
+           engine_ids: list[int] | None = None, model: str | None = None) -> Report:
+    if range_name not in RANGES:
+        raise SeriesError("range", f"range must be one of {', '.join(RANGES)}")
+    end = end or datetime.now(UTC)
+    start = end - RANGES[range_name]
+    engines = _engines(start, engine_ids, model)
+    with statement_timeout("reading efficiency figures"):
+        return _report(range_name, start, end, engines)
+
+
+def _engines(start: datetime, ids: list[int] | None, model: str | None) -> list[Engine]:
+    """The engines named, or those present or seen since the range started."""
+    found = Engine.objects.select_related("host")
+    if ids is not None:
+        found = found.filter(id__in=ids)
+    else:
+        found = found.filter(Q(present=True) | Q(last_seen__gte=start))
+    if model is not None:
+        found = found.filter(model=model)
+    return list(found.order_by("model", "host__hostname", "name"))
+
+
+def _report(range_name: str, start: datetime, end: datetime, engines: list[Engine]) -> Report:
+    conf = settings.PITWALL
+    gpus = _engine_gpus(engines)
+    reader = _Reader(start, end)
+    inputs = reader.inputs(engines, gpus)
+    layouts = {lay for i in inputs.values() for h in i.histograms.values() for lay in h}
+    price = float(conf["GPU_HOUR_PRICE"])
+    terms = Terms(
+        objective_s={"ttft": conf["ALERT_TTFT_P99_OBJECTIVE_MS"] / 1000,
+                     "itl": conf["TUNING_ITL_P99_OBJECTIVE_MS"] / 1000},
+        target=float(conf["OBJECTIVE_TARGET"]),
+        gpu_hour_price=price if price > 0 else None,
+        bounds=dict(HistogramLayout.objects.filter(id__in=layouts).values_list("id", "bounds")))
+    rows = [EngineRow(e.id, e.name, e.host_id, e.host.hostname, e.model, gpus[e.id],
+                      figures(inputs[e.id], terms)) for e in engines]
+    resolution, stretches = reader.plan("engine", start, end)
+    return Report(range_name, start, end, resolution, stretches, terms.target,
+                  {k: v * 1000 for k, v in terms.objective_s.items()}, terms.gpu_hour_price,
+                  conf["GPU_HOUR_PRICE_CURRENCY"], reads.energy_metric() is not None,
+                  rows, _models(engines, inputs, terms))
+
+
+def _models(engines: list[Engine], inputs: dict[int, Inputs], terms: Terms) -> list[ModelRow]:
+    summed: dict[str, Inputs] = defaultdict(Inputs)
+    ids: dict[str, list[int]] = defaultdict(list)
+    for e in engines:
+        summed[e.model].add(inputs[e.id])
+        ids[e.model].append(e.id)
+    return [ModelRow(m, ids[m], figures(summed[m], terms)) for m in sorted(summed)]
+
+
+def _engine_gpus(engines: list[Engine]) -> dict[int, list[int]]:
+    """Engine id -> the ids of the GPUs it names, on its own host (GPU uuids are unique, but
+    the host must match too, as the alert kinds join them). GPUs removed since still count:
+    they did the work of the range."""
+    uuids = {u for e in engines for u in e.gpu_uuids or [] if isinstance(u, str)}
+    found = {(host, uuid): gid for gid, host, uuid in
+             Gpu.objects.filter(uuid__in=uuids).values_list("id", "host_id", "uuid")}
+    return {e.id: [found[(e.host_id, u)] for u in e.gpu_uuids or []
+                   if (e.host_id, u) in found] for e in engines}
+
+
+class _Reader:
+    """Reads the totals of every engine and GPU at once, a statement per table and stretch;
+    plans are made once per entity and window."""
+
+    def __init__(self, start: datetime, end: datetime) -> None:
+        self.start, self.end = start, end
+        self._plans: dict[tuple, tuple[str, list[Stretch]]] = {}
+
+    def plan(self, entity: str, start: datetime, end: datetime) -> tuple[str, list[Stretch]]:
+        key = (entity, start, end)
+        if key not in self._plans:
+            self._plans[key] = plan_stretches(entity, start, end)  # type: ignore[arg-type]
+        return self._plans[key]
+
+    def stretches(self, entity: str, window: str = "range") -> list[Stretch]:
+        start = self.start if window == "range" else self.end - BURN_WINDOWS[window]
+        return self.plan(entity, start, self.end)[1]
+
+    def inputs(self, engines: list[Engine], gpus: dict[int, list[int]]) -> dict[int, Inputs]:
+        ids = [e.id for e in engines]
+        gpu_ids = sorted({g for e in engines for g in gpus[e.id]})
+        tokens = reads.value_totals(GENERATION, ids, self.stretches("engine"))
+        power = reads.value_totals(POWER_METRIC, gpu_ids, self.stretches("gpu"))
+        every = {**_prefixed("engine", reads.sample_intervals("engine", ids, self.start,
+                                                               self.end)),
+                 **_prefixed("gpu", reads.sample_intervals("gpu", gpu_ids, self.start,
+                                                            self.end))}
+        energy = self._energy(gpu_ids)
+        hists = {(obj, w): reads.histogram_counts(metric, ids, self.stretches("engine", w))
+                 for obj, metric in HISTOGRAMS.items() for w in ("range", *BURN_WINDOWS)}
+        out = {}
+        for e in engines:
+            i = _tokens(tokens.get(e.id), every.get(("engine", e.id), DEFAULT_INTERVAL_S))
+            gpu_dt = {g: every.get(("gpu", g), DEFAULT_INTERVAL_S) for g in gpus[e.id]}
+            _add_gpus(i, gpu_dt, power, energy)
+            i.histograms = {key: h[e.id] for key, h in hists.items() if e.id in h}
+            out[e.id] = i
+        return out
+
+    def _energy(self, gpu_ids: list[int]) -> dict[int, float]:
+        metric = reads.energy_metric()
+        if metric is None:
+            return {}
+        return reads.counter_increase(metric, gpu_ids, self.stretches("gpu"))
+
+
+def _prefixed(entity: str, values: dict[int, float]) -> dict[tuple[str, int], float]:
+    return {(entity, k): v for k, v in values.items()}
+
+
+def _tokens(totals: reads.Totals | None, dt: float) -> Inputs:
+    """Each rate sample stands for one sampling interval ``dt``."""
+    if totals is None or totals.rows == 0:
+        return Inputs()
+    return Inputs(tokens=totals.total * dt, tokens_per_s=totals.total / totals.rows,
+                  seconds=totals.rows * dt)
+
+
+def _add_gpus(i: Inputs, gpu_dt: dict[int, float], power: dict[int, reads.Totals],
+              energy: dict[int, float]) -> None:
+    """GPU-hours, and energy: the counter when every GPU of the engine has it, else power
+    integrated (each sample's watts for one sampling interval)."""
+    gpu_ids = list(gpu_dt)
+    i.gpus = len(gpu_ids)
+    i.gpu_seconds = sum(power[g].samples * gpu_dt[g] for g in gpu_ids if g in power)
+    if gpu_ids and all(g in energy for g in gpu_ids):
+        i.energy_j, i.sources = sum(energy[g] for g in gpu_ids), {ENERGY_COUNTER}
+    elif any(g in power and power[g].rows for g in gpu_ids):
+        i.energy_j = sum(power[g].total * gpu_dt[g] for g in gpu_ids if g in power)
+        i.sources = {POWER}
+    if i.sources:
+        i.energy_tokens = i.tokens

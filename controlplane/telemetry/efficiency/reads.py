@@ -1,0 +1,157 @@
+"""The statements behind the efficiency figures: per entity totals over a list of stretches.
+
+Each stretch is one table (raw rows, read with the packed minutes as one, or a rollup tier);
+every value travels as a parameter and every name comes from the schema modules. Figures are
+exact sums where the tables keep sums (histogram counts), and sample-weighted otherwise: a
+rollup row's average counts for its ``n`` raw rows, as the 1-hour tier itself weighs minutes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from agents.protocol import METRICS, Entity, Metric
+from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
+from controlplane.telemetry.schema import TABLES as RAW
+from controlplane.telemetry.schema import column_for
+from controlplane.telemetry.series.plan import WIDTH, Stretch, stretch_from
+from controlplane.telemetry.series.sqlbits import fetch
+
+ENERGY_METRIC = "gpu.energy_j"
+# The newest rows of an entity that show its sampling interval, per tier.
+_INTERVAL_ROWS = {"raw": 61, "1m": 60, "1h": 24}
+
+
+@dataclass
+class Totals:
+    """One entity's samples of one gauge or rate over the stretches read."""
+
+    samples: int = 0  # rows of the entity, with the metric or not
+    rows: int = 0  # samples holding the metric
+    total: float = 0.0  # the sum of their values
+
+
+def energy_metric() -> Metric | None:
+    """The GPUs' total energy counter, joules since the driver loaded, when the catalog has it."""
+    return METRICS.get(ENERGY_METRIC)
+
+
+def _key(entity: Entity) -> str:
+    return RAW[entity].keys[0].name
+
+
+def value_totals(metric: Metric, ids: list[int],
+                 stretches: list[Stretch]) -> dict[int, Totals]:
+    """Per entity id: how many samples it has, how many hold ``metric`` and their sum."""
+    out: dict[int, Totals] = defaultdict(Totals)
+    if not ids:
+        return {}
+    key, col = _key(metric.entity), column_for(metric).name
+    for s in stretches:
+        if s.resolution == "raw":
+            src, params = stretch_from(metric.entity, "raw", s.lo, s.hi, [col])
+            counts = f"count(*), count(t.{col}), sum(t.{col}::float8)"
+        else:
+            table = ROLLUPS[s.resolution][metric.entity]
+            src, params = f"{table.name} t", []
+            avg = table.column(metric, "avg").name
+            counts = (f"sum(t.n), sum(t.n) FILTER (WHERE t.{avg} IS NOT NULL), "
+                      f"sum(t.{avg}::float8 * t.n)")
+        rows = fetch(f"SELECT t.{key}, {counts} FROM {src} WHERE t.{key} = ANY(%s) "
+                     f"AND t.ts >= %s AND t.ts < %s GROUP BY 1", [*params, ids, s.lo, s.hi])
+        for k, samples, count, total in rows:
+            t = out[k]
+            t.samples += int(samples or 0)
+            t.rows += int(count or 0)
+            t.total += total or 0.0
+    return dict(out)
+
+
+def sample_intervals(entity: Entity, ids: list[int], lo: datetime,
+                     hi: datetime) -> dict[int, float]:
+    """Per entity id: the agent's sampling interval in seconds, as its newest rows in
+    ``[lo, hi)`` show it: the median spacing of its raw rows, else a rollup tier's width over
+    the rows of its fullest bucket among the newest (a full minute of 1-s samples holds 60).
+    Entities without a row are absent. One backward primary-key probe per entity and table.
+
+    The server does not know the agent's ``--interval``; a rate sample stands for one
+    interval, so tokens and joules are the sums of the samples times this."""
+    key, out = _key(entity), {}
+    if ids:
+        rows = fetch(
+            f"SELECT e.k, percentile_cont(0.5) WITHIN GROUP (ORDER BY g.gap) "
+            f"FROM unnest(%s::int4[]) AS e(k) CROSS JOIN LATERAL ("
+            f"SELECT extract(epoch FROM r.ts - lag(r.ts) OVER (ORDER BY r.ts)) AS gap "
+            f"FROM (SELECT t.ts FROM {RAW[entity].name} t WHERE t.{key} = e.k AND t.ts >= %s "
+            f"AND t.ts < %s ORDER BY t.ts DESC LIMIT %s) r) g GROUP BY e.k",
+            [ids, lo, hi, _INTERVAL_ROWS["raw"]])
+        out.update({k: float(gap) for k, gap in rows if gap})
+    for tier in ("1m", "1h"):
+        missing = [k for k in ids if k not in out]
+        if not missing:
+            break
+        rows = fetch(
+            f"SELECT e.k, max(r.n) FROM unnest(%s::int4[]) AS e(k) CROSS JOIN LATERAL ("
+            f"SELECT t.n FROM {ROLLUPS[tier][entity].name} t WHERE t.{key} = e.k "
+            f"AND t.ts >= %s AND t.ts < %s ORDER BY t.ts DESC LIMIT %s) r GROUP BY e.k",
+            [missing, lo, hi, _INTERVAL_ROWS[tier]])
+        out.update({k: WIDTH[tier] / n for k, n in rows if n})
+    return out
+
+
+def counter_increase(metric: Metric, ids: list[int],
+                     stretches: list[Stretch]) -> dict[int, float]:
+    """Per entity id: how much a monotonic counter (``gpu.energy_j``) rose over the stretches.
+
+    Raw rows and rollup buckets go in one time order, each read as (lowest, last) value; the
+    rise is the sum of each one's last over the one before's, and where the counter went down
+    (a reset: driver reload, reboot) the bucket counts from its own lowest value instead.
+    The first bucket counts from its lowest value too. Entities without a value are absent.
+    """
+    if not ids:
+        return {}
+    key, col = _key(metric.entity), column_for(metric).name
+    parts, params = [], []
+    for s in stretches:
+        if s.resolution == "raw":
+            src, src_params = stretch_from(metric.entity, "raw", s.lo, s.hi, [col])
+            lo = last = f"t.{col}::float8"
+        else:
+            table = ROLLUPS[s.resolution][metric.entity]
+            src, src_params = f"{table.name} t", []
+            lo = f"t.{table.column(metric, 'min').name}::float8"
+            last = f"t.{table.column(metric, 'last').name}::float8"
+        parts.append(f"SELECT t.{key} AS k, t.ts, {lo} AS lo, {last} AS last FROM {src} "
+                     f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s AND {last} IS NOT NULL")
+        params += [*src_params, ids, s.lo, s.hi]
+    if not parts:
+        return {}
+    rows = fetch(
+        "SELECT k, sum(CASE WHEN prev IS NULL OR last < prev THEN last - lo ELSE last - prev END) "
+        "FROM (SELECT k, lo, last, lag(last) OVER (PARTITION BY k ORDER BY ts) AS prev "
+        f"FROM ({' UNION ALL '.join(parts)}) u) w GROUP BY k", params)
+    return {k: float(rise or 0.0) for k, rise in rows}
+
+
+def histogram_counts(metric: Metric, ids: list[int],
+                     stretches: list[Stretch]) -> dict[int, dict[int, list[int]]]:
+    """Per entity id: per layout id, the bucket counts summed over the stretches."""
+    out: dict[int, dict[int, list[int]]] = defaultdict(dict)
+    if not ids:
+        return {}
+    key = _key(metric.entity)
+    layout, counts = f"{metric.key}_layout", f"{metric.key}_counts"
+    for s in stretches:
+        src, params = stretch_from(metric.entity, s.resolution, s.lo, s.hi, [layout, counts])
+        rows = fetch(
+            f"SELECT t.{key}, t.{layout}, u.i, sum(u.c)::int8 FROM {src} "
+            f"CROSS JOIN LATERAL unnest(t.{counts}) WITH ORDINALITY AS u(c, i) "
+            f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s AND t.{counts} IS NOT NULL "
+            f"GROUP BY 1, 2, 3", [*params, ids, s.lo, s.hi])
+        for k, lay, i, total in rows:
+            buckets = out[k].setdefault(lay, [])
+            buckets.extend([0] * (i - len(buckets)))
+            buckets[i - 1] += int(total or 0)
+    return dict(out)

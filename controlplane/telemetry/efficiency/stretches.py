@@ -1,0 +1,74 @@
+"""Which tables a total over ``[start, end)`` reads: the coarsest tier for the whole buckets
+inside the range, finer tiers for the edges.
+
+A chart may start its first bucket before the range (the series API floors the start to the
+step); a total may not: an hour read whole for a range that starts at its 50th minute would
+count ten minutes too many. So the coarse tier serves only the buckets wholly inside the
+range and already built (before its watermark), and each edge is read from the tier below,
+recursively down to raw rows. A 30-day range reads 1-hour rollups for about 719 hours, the
+1-minute rollups for the partial hours at either end and raw rows for the seconds at the edges
+and the minute or two the 1-minute tier has not built yet.
+
+The tier is chosen as the series API chooses it (``plan.choose``: coarsest with at least
+``MIN_BUCKETS`` buckets, skipping a tier that does not reach back to the start).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from agents.protocol import Entity
+from controlplane.telemetry.series.plan import (
+    FINER,
+    WIDTH,
+    Stretch,
+    choose,
+    oldest_partitions,
+    watermarks,
+)
+
+# A tier is read when the range holds at least this many of its buckets: 1 h reads 1-minute
+# rollups (60 buckets), 24 h and longer the 1-hour ones.
+MIN_BUCKETS = 12
+
+
+def resolution_for(entity: Entity, start: datetime, end: datetime) -> str:
+    return choose((end - start).total_seconds(), MIN_BUCKETS, start.astimezone(UTC).date(),
+                  oldest_partitions(entity))
+
+
+def plan_stretches(entity: Entity, start: datetime, end: datetime) -> tuple[str, list[Stretch]]:
+    """(the tier chosen, the stretches to read in time order)."""
+    resolution = resolution_for(entity, start, end)
+    return resolution, split(resolution, start, end, watermarks())
+
+
+def split(resolution: str, start: datetime, end: datetime,
+          built: dict[str, datetime]) -> list[Stretch]:
+    """``[start, end)`` as stretches: whole built buckets of ``resolution``, edges finer."""
+    if start >= end:
+        return []
+    if resolution == "raw":
+        return [Stretch("raw", start, end)]
+    width = WIDTH[resolution]
+    finer = FINER[resolution]
+    upto = built.get(resolution)
+    lo = _ceil(start, width)
+    hi = min(_floor(end, width), _floor(upto, width)) if upto is not None else lo
+    if hi <= lo:
+        return split(finer, start, end, built)
+    return [*split(finer, start, lo, built), Stretch(resolution, lo, hi),
+            *split(finer, hi, end, built)]
+
+
+def _floor(ts: datetime, seconds: int) -> datetime:
+    whole = math.floor(ts.timestamp())
+    floored = whole - whole % seconds
+    return datetime.fromtimestamp(floored, UTC)
+
+
+def _ceil(ts: datetime, seconds: int) -> datetime:
+    floored = _floor(ts, seconds)
+    return floored if floored.timestamp() == ts.timestamp() else datetime.fromtimestamp(
+        floored.timestamp() + seconds, UTC)

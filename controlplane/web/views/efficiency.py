@@ -1,0 +1,106 @@
+"""The efficiency page: per model and per engine, tokens, energy, cost and objectives over a
+range (the figures of GET /api/v1/efficiency/…, rendered on the server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from controlplane.telemetry import efficiency
+from controlplane.telemetry.efficiency.figures import Attainment, Figures
+from controlplane.telemetry.series import QueryTimeout
+from controlplane.web.views.access import read_fleet
+
+DASH = "–"
+RANGE_LABELS = {"1h": "1 h", "24h": "24 h", "7d": "7 d", "30d": "30 d"}
+SOURCE_LABELS = {"energy_counter": "energy counter", "power": "power × time",
+                 "mixed": "counter and power"}
+TIER_LABELS = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One objective's cells: attainment against the target, and the two burn rates."""
+
+    attainment: str
+    meets: bool | None
+    requests: int
+    burn_1h: str
+    burn_30d: str
+    burning: bool  # the 1-hour burn spends the budget faster than it lasts
+
+
+@dataclass(frozen=True)
+class Row:
+    tokens_per_s: str
+    tokens: str
+    tokens_per_joule: str
+    source: str
+    gpus: int
+    gpu_hours: str
+    cost_per_million: str
+    ttft: Objective
+    itl: Objective
+
+    @property
+    def objectives(self) -> list[tuple[str, Objective]]:
+        return [("ttft", self.ttft), ("itl", self.itl)]
+
+
+@read_fleet
+def efficiency_page(request: HttpRequest) -> HttpResponse:
+    name = request.GET.get("range", efficiency.DEFAULT_RANGE)
+    if name not in efficiency.RANGES:
+        name = efficiency.DEFAULT_RANGE  # a stale link still opens the page
+    try:
+        report = efficiency.report(name)
+    except QueryTimeout as exc:
+        return render(request, "web/efficiency.html", {"error": str(exc), "range_name": name,
+                                                       "ranges": RANGE_LABELS}, status=503)
+    sources = {e.figures.energy_source for e in report.engines} - {None}
+    context = {
+        "report": report, "range_name": name, "ranges": RANGE_LABELS,
+        "tier": TIER_LABELS[report.resolution],
+        "models": [(m, row(m.figures, report.target)) for m in report.models],
+        "engines": [(e, row(e.figures, report.target)) for e in report.engines],
+        "sources": sorted(SOURCE_LABELS[s] for s in sources),
+        "target_pct": _pct(report.target, 2),
+    }
+    return render(request, "web/efficiency.html", context)
+
+
+def row(f: Figures, target: float) -> Row:
+    return Row(
+        tokens_per_s=_num(f.generation_tokens_per_s), tokens=_num(f.generation_tokens),
+        tokens_per_joule=_num(f.tokens_per_joule, 3),
+        source=SOURCE_LABELS.get(f.energy_source or "", DASH), gpus=f.gpus,
+        gpu_hours=_num(f.gpu_hours, 2), cost_per_million=_num(f.cost_per_million_tokens, 2),
+        ttft=objective(f.ttft, target), itl=objective(f.itl, target))
+
+
+def objective(a: Attainment, target: float) -> Objective:
+    return Objective(
+        attainment=_pct(a.attainment, 2),
+        meets=None if a.attainment is None else a.attainment >= target,
+        requests=a.requests, burn_1h=_burn(a.burn_1h), burn_30d=_burn(a.burn_30d),
+        burning=a.burn_1h is not None and a.burn_1h > 1)
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return DASH
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def _pct(value: float | None, digits: int) -> str:
+    if value is None:
+        return DASH
+    return f"{value * 100:.{digits}f} %".replace(".00 %", " %")
+
+
+def _burn(value: float | None) -> str:
+    return DASH if value is None else f"{value:.1f}×"
