@@ -17,6 +17,17 @@ SELECT
   array_send(array_agg(coalesce(t.throttle_reasons::float8, 'NaN'))),
   array_send(array_agg(coalesce(t.ecc_dbe_total::float8, 'NaN'))),
   array_send(array_agg(coalesce(t.xid_last::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.fan_pct, 'NaN')))
+  array_send(array_agg(coalesce(t.fan_pct, 'NaN'))),
+  array_send(array_agg(coalesce(t.energy_j::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.nvlink_tx_bps::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.nvlink_rx_bps::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.nvlink_errors_total::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.ecc_sbe_total::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.remapped_rows_correctable::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.remapped_rows_uncorrectable::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.remapped_rows_pending::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.remapped_rows_failed::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.pcie_replays_total::float8, 'NaN'))),
+  array_send(array_agg(coalesce(t.lost::float8, 'NaN')))
 FROM telemetry_gpu_sample t
 WHERE t.ts > %(lo)s AND t.ts <= %(hi)s
