@@ -65,6 +65,7 @@ class EngineConfig:
     block_size: int = 16
     max_model_len: int = 8192
     gpu_mem_bytes: int = 80 * GIB
+    max_loras: int = 0  # vLLM's --max-loras with --enable-lora; 0: LoRA off
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens"):
@@ -116,13 +117,14 @@ class Request:
 
     __slots__ = ("prompt_tokens", "max_tokens", "output_tokens", "cached_tokens", "arrival",
                  "tag", "scheduled_ts", "first_token_ts", "last_token_ts", "finished_ts",
-                 "generated", "computed", "blocks", "preemptions", "finish_reason")
+                 "generated", "computed", "blocks", "preemptions", "finish_reason", "lora")
 
     def __init__(self, spec: RequestSpec, arrival: float, tag: Any = None) -> None:
         self.prompt_tokens = spec.prompt_tokens
         self.max_tokens = spec.max_tokens
         self.output_tokens = min(spec.output_tokens, spec.max_tokens)
         self.cached_tokens = spec.cached_tokens
+        self.lora = spec.lora
         self.arrival = arrival
         self.tag = tag  # the caller's handle (an HTTP waiter); the engine never reads it
         self.scheduled_ts: float | None = None
@@ -190,6 +192,19 @@ class EngineModel:
     @property
     def kv_cache_usage(self) -> float:
         return self.used_blocks / self.num_gpu_blocks
+
+    def running_loras(self) -> set[str]:
+        return {r.lora for r in self.running if r.lora}
+
+    def waiting_deferred(self) -> int:
+        """Waiting requests held back by the LoRA budget: their adapter is not running and
+        ``max_loras`` others are (vLLM's "deferred" waiting reason)."""
+        if not self.config.max_loras:
+            return 0
+        loras = self.running_loras()
+        if len(loras) < self.config.max_loras:
+            return 0
+        return sum(1 for r in self.waiting if r.lora and r.lora not in loras)
 
     def busy_fraction(self, now: float) -> float:
         """Share of the last second before ``now`` during which a step was running."""
@@ -320,15 +335,23 @@ class EngineModel:
     def _admit_waiting(self, batch: list[tuple[Request, int]], budget: int,
                        stats: StepStats) -> None:
         bs = self.config.block_size
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self.waiting[0]
+        seqs = self.config.max_num_seqs
+        loras = self.running_loras() if self.config.max_loras else None
+        i = 0  # requests the LoRA budget defers stay in place; the next ones may go ahead
+        while i < len(self.waiting) and budget > 0 and len(self.running) < seqs:
+            request = self.waiting[i]
+            if self._over_lora_budget(request, loras):
+                i += 1
+                continue
             # Prefix-cache hit: whole blocks, and never the last token (it must be computed).
             hit = min(request.cached_tokens, request.num_tokens - 1) // bs * bs
             n = min(request.num_tokens - hit, budget)
             need = self._blocks_for(hit + n)
             if need > self.num_gpu_blocks - self.used_blocks:
                 return
-            self.waiting.popleft()
+            del self.waiting[i]
+            if loras is not None and request.lora:
+                loras.add(request.lora)
             request.computed, request.blocks = hit, need
             self.used_blocks += need
             if request.scheduled_ts is None:
@@ -341,6 +364,11 @@ class EngineModel:
             self.running.append(request)
             batch.append((request, n))
             budget -= n
+
+    def _over_lora_budget(self, request: Request, loras: set[str] | None) -> bool:
+        """vLLM schedules at most max_loras distinct adapters at once."""
+        return (loras is not None and request.lora is not None and request.lora not in loras
+                and len(loras) >= self.config.max_loras)
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.config.block_size)

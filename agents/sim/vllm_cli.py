@@ -15,6 +15,7 @@ flag wins over the variable.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -22,6 +23,7 @@ import threading
 from collections.abc import Sequence
 
 from agents.sim.engine_model import GIB, EngineConfig
+from agents.sim.vllm_exposition import SpecDecode
 from agents.sim.vllm_server import RunningServer, SimOptions, start
 from agents.vllm_args import serve_default
 
@@ -68,7 +70,36 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shutdown-timeout", type=int, default=0,
                    help="as vLLM's: on SIGTERM, how long running requests may finish; 0 "
                         "aborts them")
+    # As vLLM's: they add the spec_decode_* and lora_requests_info families to /metrics.
+    p.add_argument("--speculative-config", type=_json_object, default=None,
+                   help='as vLLM\'s, e.g. \'{"method": "eagle", "num_speculative_tokens": 3}\'')
+    p.add_argument("--enable-lora", action="store_true")
+    p.add_argument("--max-loras", type=int, default=1)
+    p.add_argument("--lora-modules", nargs="+", type=_lora_module, default=[],
+                   help="as vLLM's: name=path, or a JSON object with name and path")
     return p
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _lora_module(text: str) -> tuple[str, str]:
+    if text.startswith("{"):
+        value = _json_object(text)
+        if not isinstance(value.get("name"), str) or not isinstance(value.get("path"), str):
+            raise argparse.ArgumentTypeError("a LoRA module needs a name and a path")
+        return value["name"], value["path"]
+    name, sep, path = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected name=path, not {text!r}")
+    return name, path
 
 
 def parse_known(argv: Sequence[str]) -> tuple[SimOptions, list[str]]:
@@ -76,7 +107,8 @@ def parse_known(argv: Sequence[str]) -> tuple[SimOptions, list[str]]:
     a, extras = _parser().parse_known_args(argv)
     engine = EngineConfig(a.model, a.max_num_seqs, a.max_num_batched_tokens,
                           a.gpu_memory_utilization, a.tensor_parallel_size, a.block_size,
-                          a.max_model_len, a.gpu_mem_bytes)
+                          a.max_model_len, a.gpu_mem_bytes,
+                          max_loras=a.max_loras if a.enable_lora else 0)
     # The supervisor chooses a process's GPUs with CUDA_VISIBLE_DEVICES, as for real vLLM
     # (indices only: a real host's GPU UUIDs there mean nothing to the simulated GPUs).
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -85,8 +117,19 @@ def parse_known(argv: Sequence[str]) -> tuple[SimOptions, list[str]]:
     options = SimOptions(engine, a.host, a.port, a.data_parallel_size, gpus, a.load, a.seed,
                          a.startup_seconds, a.shutdown_timeout,
                          api_server_count=a.api_server_count,
-                         cpu_contention=a.cpu_contention, cpu_quota=a.cpu_quota)
+                         cpu_contention=a.cpu_contention, cpu_quota=a.cpu_quota,
+                         spec=_spec(a.speculative_config),
+                         lora_modules=dict(a.lora_modules) if a.enable_lora else {})
     return options, _flag_names(extras)
+
+
+def _spec(config: dict | None) -> SpecDecode | None:
+    if config is None:
+        return None
+    try:
+        return SpecDecode.from_config(config)
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"pitwall-sim vllm: error: --speculative-config: {exc}") from None
 
 
 def _flag_names(extras: Sequence[str]) -> list[str]:

@@ -6,12 +6,17 @@ prometheus-fastapi-instrumentator adds to vLLM's API server. Rendering goes thro
 prometheus_client on a registry of our own, so the text format is the real one (counters as
 ``_total`` plus ``_created``, OpenMetrics when the scraper asks for it). Nothing that vLLM does
 not export is added here: the simulation shows itself on /v1/models and /sim/state instead.
+As in vLLM, the spec_decode_* families exist only with a speculative config and
+lora_requests_info only with LoRA on.
 """
 
 from __future__ import annotations
 
 import gzip
 import itertools
+import math
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import prometheus_client as prom
@@ -38,6 +43,33 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 CACHED_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+
+
+# Chance that a draft token is accepted, given the ones before it were: typical figures for
+# each speculative method (EAGLE's papers, vLLM's benchmarks); others get DEFAULT_ACCEPTANCE.
+ACCEPTANCE = {"ngram": 0.45, "eagle": 0.7, "eagle3": 0.75, "mtp": 0.8, "draft_model": 0.6}
+DEFAULT_ACCEPTANCE = 0.6
+
+
+@dataclass(frozen=True)
+class SpecDecode:
+    """vLLM's --speculative-config, as far as its metrics go."""
+
+    num_speculative_tokens: int
+    acceptance: float = DEFAULT_ACCEPTANCE
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> SpecDecode:
+        k = int(config.get("num_speculative_tokens", 1))
+        if k < 1:
+            raise ValueError("num_speculative_tokens must be at least 1")
+        return cls(k, ACCEPTANCE.get(str(config.get("method", "")), DEFAULT_ACCEPTANCE))
+
+    @property
+    def mean_accepted(self) -> float:
+        """Accepted tokens per draft: position i is accepted with probability p**i."""
+        p = self.acceptance
+        return sum(p ** i for i in range(1, self.num_speculative_tokens + 1))
 
 
 def request_tokens_buckets(max_model_len: int) -> list[int]:
@@ -167,9 +199,13 @@ def cache_config_labels(config: EngineConfig) -> dict[str, str]:
 class EngineSeries:
     """One engine's (data-parallel rank's) children of every family: the engine's StatsSink."""
 
-    def __init__(self, families: dict[str, Any], model_name: str, engine: str) -> None:
+    def __init__(self, families: dict[str, Any], model_name: str, engine: str,
+                 spec: SpecDecode | None = None) -> None:
         self.one: dict[str, Any] = {}
         self.by: dict[str, dict[str, Any]] = {}
+        self.spec = spec
+        self._decoded = self._drafts = 0  # decode tokens so far, and the drafts they took
+        self._per_pos = [0] * (spec.num_speculative_tokens if spec else 0)
         for attr, (family, extra) in families.items():
             if extra is None:
                 self.one[attr] = family.labels(model_name, engine)
@@ -177,10 +213,13 @@ class EngineSeries:
                 self.by[attr] = {v: family.labels(model_name, engine, v) for v in extra[1]}
         self.by["sleep_state"]["awake"].set(1)
 
-    def set_state(self, running: int, waiting: int, kv_usage: float) -> None:
+    def set_state(self, running: int, waiting: int, kv_usage: float,
+                  deferred: int = 0) -> None:
+        """``deferred``: of the waiting requests, those the LoRA budget holds back."""
         self.one["running"].set(running)
         self.one["waiting"].set(waiting)
-        self.by["waiting_by_reason"]["capacity"].set(waiting)
+        self.by["waiting_by_reason"]["capacity"].set(waiting - deferred)
+        self.by["waiting_by_reason"]["deferred"].set(deferred)
         self.one["kv_usage"].set(kv_usage)
 
     def on_step(self, step: StepStats) -> None:
@@ -204,6 +243,30 @@ class EngineSeries:
         itl = one["itl"]
         for seconds in step.itls:
             itl.observe(seconds)
+        if self.spec is not None:
+            self._speculate(step.generation_tokens - len(step.ttfts))
+
+    def _speculate(self, decoded: int) -> None:
+        """The drafts behind ``decoded`` decode tokens. The engine model decodes a token a
+        step; with speculative decoding each draft yields its accepted tokens plus one, so
+        the decode tokens so far took ceil(tokens / (1 + mean accepted)) drafts and the rest
+        of the tokens were accepted drafts. ceil keeps accepted <= k x drafts at every scrape.
+        """
+        if decoded <= 0:
+            return
+        spec, one = self.spec, self.one
+        assert spec is not None
+        self._decoded += decoded
+        drafts = math.ceil(self._decoded / (1 + spec.mean_accepted))
+        new = drafts - self._drafts
+        self._drafts = drafts
+        one["spec_drafts"].inc(new)
+        one["spec_draft_tokens"].inc(new * spec.num_speculative_tokens)
+        one["spec_accepted"].inc(decoded - new)
+        for pos, child in enumerate(self.by["spec_per_pos"].values()):
+            accepted = math.floor(drafts * spec.acceptance ** (pos + 1))
+            child.inc(accepted - self._per_pos[pos])
+            self._per_pos[pos] = accepted
 
     def on_finished(self, r: Request) -> None:
         one = self.one
@@ -226,20 +289,33 @@ class EngineSeries:
 class VllmExposition:
     """The registry of one vLLM API server, with one EngineSeries per data-parallel rank."""
 
-    def __init__(self, config: EngineConfig, data_parallel_size: int = 1) -> None:
+    def __init__(self, config: EngineConfig, data_parallel_size: int = 1,
+                 spec: SpecDecode | None = None) -> None:
         self.registry = r = prom.CollectorRegistry()
         prom.GCCollector(registry=r)
         prom.PlatformCollector(registry=r)
         prom.ProcessCollector(registry=r)
-        families = _engine_families(r, config)
+        families = _spec_families(r, spec) if spec is not None else {}
+        families.update(_engine_families(r, config))
         engines = [str(rank) for rank in range(data_parallel_size)]
-        self.engines = [EngineSeries(families, config.model, e) for e in engines]
+        self.engines = [EngineSeries(families, config.model, e, spec) for e in engines]
+        self.max_loras = config.max_loras
+        self.lora_info = None if not config.max_loras else prom.Gauge(
+            "vllm:lora_requests_info", "Running stats on lora requests.",
+            ["max_lora", "waiting_lora_adapters", "running_lora_adapters"], registry=r)
         info = cache_config_labels(config)
         gauge = prom.Gauge("vllm:cache_config_info", _CACHE_CONFIG_HELP, [*info, "engine"],
                            registry=r)
         for engine in engines:
             gauge.labels(**info, engine=engine).set(1)
         self._http_families(r)
+
+    def set_lora(self, running: set[str], waiting: set[str]) -> None:
+        """What vLLM's stat logger does every step with LoRA on: a series for these adapters
+        set to the time now (older label sets stay, with the time they were last set)."""
+        if self.lora_info is not None:
+            self.lora_info.labels(str(self.max_loras), ",".join(sorted(waiting)),
+                                  ",".join(sorted(running))).set(time.time())
 
     def _http_families(self, r: prom.CollectorRegistry) -> None:
         self.http_requests = prom.Counter(
@@ -278,6 +354,22 @@ class VllmExposition:
         if "gzip" in accept_encoding:
             body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
         return body, headers
+
+
+def _spec_families(r: prom.CollectorRegistry, spec: SpecDecode) -> dict[str, Any]:
+    """vLLM's SpecDecodingProm counters, registered before every other vllm:* family."""
+    families: dict[str, Any] = {}
+    for attr, name, doc in (
+            ("spec_drafts", "vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+            ("spec_draft_tokens", "vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+            ("spec_accepted", "vllm:spec_decode_num_accepted_tokens",
+             "Number of accepted tokens.")):
+        families[attr] = (prom.Counter(name, doc, _LABELS, registry=r), None)
+    positions = tuple(str(pos) for pos in range(spec.num_speculative_tokens))
+    families["spec_per_pos"] = (prom.Counter(
+        "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+        [*_LABELS, "position"], registry=r), ("position", positions))
+    return families
 
 
 def _engine_families(r: prom.CollectorRegistry, config: EngineConfig) -> dict[str, Any]:

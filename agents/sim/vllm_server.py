@@ -43,7 +43,7 @@ from agents.sim.engine_model import (
     RequestSpec,
     SyntheticLoad,
 )
-from agents.sim.vllm_exposition import VllmExposition
+from agents.sim.vllm_exposition import SpecDecode, VllmExposition
 from agents.sim.workload import MIXES
 
 # The engines advance on every scrape and completion anyway; the ticker only bounds how much
@@ -72,6 +72,10 @@ class SimOptions:
     cpu_window_s: float = 1.0  # /sim/state's CPU use is averaged over this much time
     pid: int | None = None  # reported as the engine's pid; None: this process's
     mix: str = "chat"  # the synthetic traffic's workload mix (agents/sim/workload.MIXES)
+    spec: SpecDecode | None = None  # --speculative-config; None: no speculative decoding
+    # --lora-modules (name -> path), served with --enable-lora (engine.max_loras > 0); the
+    # synthetic traffic asks for them too.
+    lora_modules: dict[str, str] = field(default_factory=dict)
 
 
 # vLLM 0.32's own messages: a request that reaches a draining server, and one that was running
@@ -99,7 +103,7 @@ class SimVllm:
         self.options = options
         self.clock = clock
         self.lock = threading.Lock()
-        self.metrics = VllmExposition(options.engine, options.data_parallel_size)
+        self.metrics = VllmExposition(options.engine, options.data_parallel_size, options.spec)
         self.ready_at = clock() + options.startup_seconds
         self.engines: list[EngineModel] = []
         self.closed = threading.Event()
@@ -129,7 +133,7 @@ class SimVllm:
             for rank, series in enumerate(self.metrics.engines):
                 seed = None if opts.seed is None else opts.seed + rank
                 load = SyntheticLoad(opts.load / dp, opts.engine.max_model_len, seed,
-                                     MIXES[opts.mix])
+                                     MIXES[opts.mix], tuple(self._loras()))
                 self.engines.append(EngineModel(opts.engine, now, load, BatchedSeries(series),
                                                 self.cpu, rank))
         return bool(self.engines)
@@ -162,12 +166,22 @@ class SimVllm:
     def _publish(self) -> None:
         self._advance()
         for engine, series in zip(self.engines, self.metrics.engines, strict=False):
-            series.set_state(len(engine.running), len(engine.waiting), engine.kv_cache_usage)
+            series.set_state(len(engine.running), len(engine.waiting), engine.kv_cache_usage,
+                             engine.waiting_deferred())
+        # One gauge for the whole server, as in vLLM (which warns it is wrong with several
+        # data-parallel engines): here, the adapters of all of them.
+        self.metrics.set_lora({r.lora for e in self.engines for r in e.running if r.lora},
+                              {r.lora for e in self.engines for r in e.waiting if r.lora})
+
+    def _loras(self) -> list[str]:
+        """The adapters served: none unless LoRA is on."""
+        return list(self.options.lora_modules) if self.options.engine.max_loras else []
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST /v1/completions: queue the request, wait for the engine, answer like vLLM."""
         model = self.options.engine.model
-        if body.get("model", model) != model:
+        asked = body.get("model", model)
+        if asked != model and asked not in self._loras():
             raise ApiError(404, f"The model `{body.get('model')}` does not exist.",
                            "NotFoundError")
         if body.get("stream"):
@@ -177,7 +191,8 @@ class SimVllm:
             raise ApiError(400, "max_tokens must be an integer")
         prompt = _prompt_tokens(body.get("prompt"))
         done = threading.Event()
-        request = self._submit(prompt, max_tokens, self._seen(body.get("prompt")), done)
+        request = self._submit(prompt, max_tokens, self._seen(body.get("prompt")), done,
+                               None if asked == model else asked)
         try:
             while not done.wait(0.1):
                 if self.aborted.is_set() or self.closed.is_set():
@@ -185,10 +200,10 @@ class SimVllm:
         finally:
             with self.lock:
                 self.waiters -= 1
-        return _completion(model, request)
+        return _completion(asked, request)
 
-    def _submit(self, prompt: int, max_tokens: int, seen: bool,
-                done: threading.Event) -> Request:
+    def _submit(self, prompt: int, max_tokens: int, seen: bool, done: threading.Event,
+                lora: str | None = None) -> Request:
         """Hand the request to the least loaded engine (vLLM's data-parallel balancing)."""
         with self.lock:
             self._advance()
@@ -199,7 +214,7 @@ class SimVllm:
             if self.draining.is_set():
                 raise ApiError(500, SHUTTING_DOWN, "InternalServerError")
             engine = min(self.engines, key=lambda e: len(e.waiting) + len(e.running))
-            spec = RequestSpec(prompt, max_tokens, max_tokens, prompt if seen else 0)
+            spec = RequestSpec(prompt, max_tokens, max_tokens, prompt if seen else 0, lora)
             try:
                 request = engine.submit(spec, self.clock(), tag=done)
             except ValueError as exc:
@@ -232,11 +247,15 @@ class SimVllm:
             return self.idle.wait_for(lambda: self.in_flight == 0, timeout_s)
 
     def models(self) -> dict[str, Any]:
-        model = self.options.engine.model
+        model, created = self.options.engine.model, int(time.time())
+        # vLLM lists each LoRA adapter beside the base model, with the base as its parent.
+        served = [(model, model, None)] + [(name, self.options.lora_modules[name], model)
+                                           for name in self._loras()]
         return {"object": "list", "data": [{
-            "id": model, "object": "model", "created": int(time.time()),
-            "owned_by": "pitwall-sim", "root": model, "parent": None,
-            "max_model_len": self.options.engine.max_model_len}]}
+            "id": name, "object": "model", "created": created,
+            "owned_by": "pitwall-sim", "root": root, "parent": parent,
+            "max_model_len": self.options.engine.max_model_len}
+            for name, root, parent in served]}
 
     def state(self) -> dict[str, Any]:
         """GET /sim/state: what the simulated GPUs follow (engine ranks averaged)."""

@@ -2,7 +2,8 @@
 
 A mix is a tuple of workloads, each (weight, prompt median, sigma, output median, sigma,
 P(shared prefix), shared share of the prompt), with lognormal lengths as in the public
-chat/RAG traces. ``MIXES`` names the ones the scenarios use.
+chat/RAG traces. ``MIXES`` names the ones the scenarios use. Given LoRA adapters, a share of
+the requests asks for one of them, the first ones most often (a few hot adapters, a long tail).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class RequestSpec:
     max_tokens: int
     output_tokens: int  # where generation would stop by itself ("stop"), if under max_tokens
     cached_tokens: int = 0  # prompt prefix the prefix cache holds (a shared system prompt)
+    lora: str | None = None  # the LoRA adapter asked for, None: the base model
 
 
 CHAT: tuple[Workload, ...] = (
@@ -34,18 +36,21 @@ LONG_PROMPTS: tuple[Workload, ...] = (
 )
 MIXES: dict[str, tuple[Workload, ...]] = {"chat": CHAT, "long_prompts": LONG_PROMPTS}
 _MAX_TOKENS = (256, 512, 1024, 2048)
+LORA_SHARE = 0.7  # of the requests, when adapters are served
 
 
 class SyntheticLoad:
     """Poisson arrivals at ``rate`` requests/s, lengths drawn from the seeded mix."""
 
     def __init__(self, rate: float, max_model_len: int, seed: int | None = None,
-                 mix: tuple[Workload, ...] = CHAT) -> None:
+                 mix: tuple[Workload, ...] = CHAT, loras: tuple[str, ...] = ()) -> None:
         self.rate = rate
         self.max_model_len = max_model_len
         self.rng = random.Random(seed)
         self.mix = mix
         self._weights = [w[0] for w in mix]
+        self.loras = loras
+        self._lora_weights = [1 / (i + 1) for i in range(len(loras))]
 
     def next_after(self, t: float) -> tuple[float, RequestSpec]:
         gap = self.rng.expovariate(self.rate) if self.rate > 0 else math.inf
@@ -60,4 +65,10 @@ class SyntheticLoad:
         max_tokens = min(rng.choice(_MAX_TOKENS), self.max_model_len - prompt)
         output = max(1, int(rng.lognormvariate(math.log(o_med), o_sig)))
         cached = int(prompt * rng.uniform(lo, hi)) if rng.random() < p_shared else 0
-        return RequestSpec(prompt, max_tokens, output, cached)
+        return RequestSpec(prompt, max_tokens, output, cached, self._lora())
+
+    def _lora(self) -> str | None:
+        # Drawn only when adapters are served, so a seeded load without them stays the same.
+        if not self.loras or self.rng.random() >= LORA_SHARE:
+            return None
+        return self.rng.choices(self.loras, self._lora_weights)[0]
