@@ -62,13 +62,24 @@ def efficiency_page(request: HttpRequest) -> HttpResponse:
     sources = {e.figures.energy_source for e in report.engines} - {None}
     context = {
         "report": report, "range_name": name, "ranges": RANGE_LABELS,
-        "tier": TIER_LABELS[report.resolution],
+        "tiers": tiers_read(report),
+        "range_label": RANGE_LABELS[name],
         "models": [(m, row(m.figures, report.target)) for m in report.models],
         "engines": [(e, row(e.figures, report.target)) for e in report.engines],
         "sources": sorted(SOURCE_LABELS[s] for s in sources),
         "target_pct": _pct(report.target, 2),
     }
     return render(request, "web/efficiency.html", context)
+
+
+def tiers_read(report: efficiency.Report) -> str:
+    """What the figures were read from, coarsest first: "1-hour rollups, then 1-minute
+    rollups and raw samples at the edges"."""
+    read = [r for r in ("1h", "1m", "raw") if any(s.resolution == r for s in report.stretches)]
+    if not read:
+        return TIER_LABELS["raw"]
+    head, rest = TIER_LABELS[read[0]], [TIER_LABELS[r] for r in read[1:]]
+    return f"{head}, with {' and '.join(rest)} at the edges" if rest else head
 
 
 def row(f: Figures, target: float) -> Row:
