@@ -89,3 +89,22 @@ def test_the_rule_editor_offers_the_new_kinds_and_names_a_bad_param(lead):
     response = lead.post("/alerts/rules/new/", burn_form())
     assert response.status_code == 302
     assert AlertRule.objects.get(name="TTFT burn").params["short_window_s"] == 300
+
+
+def test_the_api_refuses_bad_params_with_a_400_naming_params(lead):
+    body = {"name": "ITL burn", "kind": "error_budget_burn", "window_s": 3600, "op": ">",
+            "threshold": 14.4, "params": {"objective": "itl", "short_window_s": 7200}}
+    response = lead.post("/api/v1/alert-rules/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert "params.short_window_s" in str(response.json()["params"])
+    assert not AlertRule.objects.filter(name="ITL burn").exists()
+    body["params"] = {"objective": "itl", "short_window_s": 300}
+    response = lead.post("/api/v1/alert-rules/", body, content_type="application/json")
+    assert response.status_code == 201, response.json()
+
+
+def test_the_editor_previews_a_burn_rule_without_storing_it(lead):
+    response = lead.post("/alerts/rules/new/", burn_form(preview="1"))
+    assert response.status_code == 200
+    assert 'id="preview-count"' in response.content.decode()
+    assert not AlertRule.objects.filter(name="TTFT burn").exists()
