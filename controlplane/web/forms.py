@@ -331,6 +331,8 @@ class DeploymentForm(forms.ModelForm):
         # posted value is ignored.
         self.fields["host"].disabled = self.instance.pk is not None
         self.held_env = dict(self.instance.env or {}) if self.instance.pk else {}
+        if not self.instance.vllm_version:  # a new deployment: the API's default too
+            self.initial["vllm_version"] = vllm_args.DEFAULT_VERSION
 
     def clean_args(self) -> object:
         version = self.cleaned_data.get("vllm_version") or vllm_args.DEFAULT_VERSION

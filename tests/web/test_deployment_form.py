@@ -62,7 +62,9 @@ def unescape(text: str) -> str:
 
 def test_a_deployer_creates_a_deployment_as_revision_one(code_writer, page_fleet):
     _, page = code_writer
-    assert 'id="deployment-form"' in page.get(NEW).content.decode()
+    form = page.get(NEW).content.decode()
+    assert 'id="deployment-form"' in form
+    assert 'name="vllm_version" value="0.33.0"' in form  # the API's default, filled in
     reply = page.post(NEW, form_body(page_fleet.host))
     made = Deployment.objects.get()
     assert reply.status_code == 302 and reply["Location"] == f"/deployments/{made.pk}/"
