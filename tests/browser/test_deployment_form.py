@@ -75,6 +75,9 @@ def test_a_deployer_fixes_what_the_form_refused_then_creates_disables_and_delete
     page.click("#disable-deployment")
     page.wait_for_selector("#enable-deployment")
     assert "disabled as revision 2" in page.inner_text("#messages")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "deployment-disabled-dark")
+    page.emulate_media(color_scheme="light")
     assert DeploymentRevision.objects.filter(deployment=made).count() == 2
 
     page.click("#delete-deployment")

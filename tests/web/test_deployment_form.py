@@ -75,7 +75,9 @@ def test_a_deployer_creates_a_deployment_as_revision_one(code_writer, page_fleet
     assert (revision.revision, revision.author.username, revision.reason) == (
         1, "cody", "first rollout")
     # The audit log records it, as it does for the API.
-    assert AuditEntry.objects.filter(target_type="deployment", target_id=str(made.pk)).exists()
+    entry = AuditEntry.objects.get(target_type="deployment", target_id=str(made.pk))
+    assert (entry.action, entry.actor, entry.via) == ("created", "cody", "session")
+    assert "INFO" not in str(entry.changes["env"])  # a secret: redacted in the log too
 
 
 def test_flags_are_read_as_the_agent_reads_them(code_writer, page_fleet):
