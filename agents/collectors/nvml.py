@@ -216,13 +216,15 @@ class NvmlCollector:
             self._warn.fail(f"{SOURCE} {dev.uuid}", f"{exc}; reported lost")
             return {"uuid": dev.uuid, "lost": 1}
         self._rates(dev, sample, now)
-        dev.unknown_streak = dev.unknown_streak + 1 if dev.unknown and len(sample) == 1 else 0
+        unreachable = dev.unknown and len(sample) == 1  # nothing read, and not for "unsupported"
+        dev.unknown_streak = dev.unknown_streak + 1 if unreachable else 0
         if dev.unknown_streak >= UNKNOWN_STREAK:
             self._warn.fail(f"{SOURCE} {dev.uuid}", f"every read failed {UNKNOWN_STREAK} "
                             "intervals in a row (NVML: Unknown Error); reported lost")
             return {"uuid": dev.uuid, "lost": 1}
-        self._warn.ok(f"{SOURCE} {dev.uuid}")
-        sample["lost"] = 0
+        if not unreachable:  # until the streak decides, whether it is lost is unknown: absent
+            self._warn.ok(f"{SOURCE} {dev.uuid}")
+            sample["lost"] = 0
         return sample
 
     @staticmethod

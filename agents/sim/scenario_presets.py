@@ -55,10 +55,11 @@ PRESETS: dict[str, Scenario] = {
                                        mem_bytes=32 * GIB)),
     # One request every 50 s on a whole H100: idle, KV usage near 0.
     "idle": _with(load={"rate": 0.02}),
-    # Not a tuning diagnosis but an alert: two idle GPUs fall off the bus a minute in, GPU 3
-    # as NVML's "GPU is lost" (and XID 79), GPU 5 by vanishing from NVML's list.
-    "gpu_off_bus": _with(load={"rate": 3.0}, perturb=Perturbations(
-        off_bus={3: ("lost", 60.0), 5: ("vanished", 60.0)})),
+    # Not a tuning diagnosis but an alert: a tensor-parallel engine on GPUs 0-1 (NVLink
+    # traffic) while two idle GPUs fall off the bus a minute in, GPU 3 as NVML's "GPU is lost"
+    # (and XID 79), GPU 5 by vanishing from NVML's list.
+    "gpu_off_bus": _with({"tensor_parallel_size": 2, "gpu_indices": (0, 1)}, {"rate": 3.0},
+                         Perturbations(off_bus={3: ("lost", 60.0), 5: ("vanished", 60.0)})),
 }
 
 
