@@ -99,15 +99,33 @@ def in_window(view: View, j0: int) -> np.ndarray:
 
 def histogram_sums(view: View, key: str, j0: int) -> tuple[np.ndarray, np.ndarray]:
     """Per target: the layout holding most observations over the window (ties: the lower id)
-    and its counts summed bucket by bucket; layout -1 where the window holds none."""
-    layouts, counts = view.layouts(key)[:, j0:], view.counts(key)[:, j0:]
-    best = np.full(len(view.keys), -1, np.int64)
-    best_counts = np.zeros((len(view.keys), counts.shape[2]), np.int64)
-    best_total = np.full(len(view.keys), -1, np.int64)
-    for layout in np.unique(layouts[layouts >= 0]):
-        sums = (counts * (layouts == layout)[..., None]).sum(axis=1)
-        total = sums.sum(axis=1)
-        better = ((layouts == layout).any(axis=1)) & (total > best_total)
-        best[better], best_counts[better], best_total[better] = layout, sums[better], \
-            total[better]
+    and its counts summed bucket by bucket; layout -1 where the window holds none.
+
+    Summed slice by slice into one (targets x buckets) array per layout, never a (targets x
+    slices x buckets) matrix: over an hour's window (361 slices) of 1,000 engines that matrix
+    is ~90 MB per histogram to build and mask every cycle (0.4 s); this is ~20 ms."""
+    n = len(view.keys)
+    sums: dict[int, np.ndarray] = {}
+    seen: dict[int, np.ndarray] = {}
+    for rows, layouts, counts in view.histogram_slices(key, j0):
+        for layout in np.unique(layouts[layouts >= 0]).tolist():
+            held = layouts == layout
+            total = sums.setdefault(layout, np.zeros((n, counts.shape[1]), np.int64))
+            where = seen.setdefault(layout, np.zeros(n, bool))
+            if held.all():
+                total[rows] += counts
+                where[rows] = True
+            else:
+                at = rows[held]
+                total[at] += counts[held]
+                where[at] = True
+    width = max((a.shape[1] for a in sums.values()), default=0)
+    best = np.full(n, -1, np.int64)
+    best_counts = np.zeros((n, width), np.int64)
+    best_total = np.full(n, -1, np.int64)
+    for layout in sorted(sums):
+        total = sums[layout].sum(axis=1)
+        better = seen[layout] & (total > best_total)
+        best[better], best_total[better] = layout, total[better]
+        best_counts[better, :sums[layout].shape[1]] = sums[layout][better]
     return best, best_counts

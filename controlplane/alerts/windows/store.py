@@ -212,6 +212,14 @@ class View:
             self._cache[(key, "counts")] = out
         return self._cache[(key, "counts")]
 
+    def histogram_slices(self, key: str, j0: int):
+        """Per slice from column ``j0`` that holds the histogram: (the positions of its
+        targets, their layouts, their counts), for sums that need no matrix."""
+        everyone = np.arange(len(self.keys))
+        for j, rows, block in self._at:
+            if j >= j0 and key in block.counts:
+                yield everyone[rows], block.layouts[key], block.counts[key]
+
     def newest(self) -> tuple[np.ndarray, np.ndarray]:
         """Per target: the column of its newest slice, and whether it has any."""
         present = self.rows() > 0
