@@ -1,5 +1,6 @@
 """A deployer in a real browser: the deployment form refuses bad fields naming each one, then
-creates, disables and deletes (after a confirmation page); and the fleet page's totals follow
+creates, edits (arguments added through the structured editor), disables and deletes (after
+a confirmation page); and the fleet page's totals follow
 the agent live, in light and in dark mode (prefers-color-scheme emulated through CDP)."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def field_errors(tab, field: str) -> str:
     return tab.inner_text(f"#deployment-form [data-field='{field}'] .errorlist")
 
 
-def test_a_deployer_fixes_what_the_form_refused_then_creates_disables_and_deletes(
+def test_a_deployer_fixes_what_the_form_refused_then_creates_edits_disables_and_deletes(
         page, browser_stack):
     assign_role(get_user_model().objects.get(username=browser_stack.username), "deployer")
     browser_stack.agent("browser-deploy-1").send(util_pct=20.0)
@@ -64,21 +65,44 @@ def test_a_deployer_fixes_what_the_form_refused_then_creates_disables_and_delete
 
     page.fill("#id_gpu_indices", "0")
     page.fill("#id_args", "--max-num-seqs 64 --enable-prefix-caching")
+    # The structured editor adds an argument of the version's catalog, typed, as a flag here.
+    page.select_option("#arg-pick", "max_model_len")
+    page.fill("#arg-value", "8192")
+    page.click("#arg-add")
+    assert page.input_value("#id_args") == ("--max-num-seqs 64 --enable-prefix-caching "
+                                            "--max-model-len 8192")
     page.fill("#id_env", "VLLM_LOGGING_LEVEL=INFO")
     page.fill("#id_reason", "first rollout")
     page.click("#save-button")
     page.wait_for_selector("#deployment-actions")
     made = Deployment.objects.get()
     assert "created as revision 1" in page.inner_text("#messages")
-    assert made.args == {"max_num_seqs": 64, "enable_prefix_caching": True}
+    assert made.args == {"max_num_seqs": 64, "enable_prefix_caching": True,
+                         "max_model_len": 8192}
+
+    # Editing: the form holds the arguments as JSON; the editor sets one, typed.
+    page.click("#edit-deployment")
+    page.select_option("#arg-pick", "enable_prefix_caching")
+    page.uncheck("#arg-value")
+    page.click("#arg-add")
+    page.select_option("#arg-pick", "gpu_memory_utilization")
+    page.fill("#arg-value", "0.85")
+    page.click("#arg-add")
+    shot(page, "deployment-edit-arguments")
+    page.click("#save-button")
+    page.wait_for_selector("#deployment-actions")
+    assert Deployment.objects.get().args == {"max_num_seqs": 64, "enable_prefix_caching": False,
+                                             "max_model_len": 8192,
+                                             "gpu_memory_utilization": 0.85}
+    assert "Saved as revision 2" in page.inner_text("#messages")
 
     page.click("#disable-deployment")
     page.wait_for_selector("#enable-deployment")
-    assert "disabled as revision 2" in page.inner_text("#messages")
+    assert "disabled as revision 3" in page.inner_text("#messages")
     page.emulate_media(color_scheme="dark")
     shot(page, "deployment-disabled-dark")
     page.emulate_media(color_scheme="light")
-    assert DeploymentRevision.objects.filter(deployment=made).count() == 2
+    assert DeploymentRevision.objects.filter(deployment=made).count() == 3
 
     page.click("#delete-deployment")
     page.wait_for_selector("#confirm-delete")
