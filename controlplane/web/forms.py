@@ -164,6 +164,9 @@ class AckForm(forms.Form):
 # the deploy_code permission), so a page and the API refuse the same things with the same words.
 
 MAX_CPU_IDS = 4096  # a range like "0-99999999" must not build a list that large
+MAX_ARGS_TEXT = 65536  # characters of arguments read (JSON or flags): far above any real config
+# Every variable the service allows, at its longest, as NAME=value lines.
+MAX_ENV_TEXT = deployments.MAX_ENV_VARS * (deployments.MAX_ENV_NAME + deployments.MAX_ENV_VALUE + 2)
 
 
 class GpuIndicesField(forms.CharField):
@@ -214,6 +217,8 @@ class EnvLinesField(forms.CharField):
         return value
 
     def to_python(self, value) -> dict[str, str]:
+        if self.max_length is not None and len(value or "") > self.max_length:
+            raise ValidationError(f"at most {self.max_length} characters")
         env: dict[str, str] = {}
         for number, line in enumerate((value or "").splitlines(), start=1):
             if not line.strip():
@@ -294,14 +299,14 @@ class DeploymentForm(forms.ModelForm):
         help_text="GPUs on the host, comma-separated, e.g. 0, 1: exactly tensor x pipeline x "
                   "data parallel size of them; blank only on a host without GPUs")
     args = VllmArgsField(
-        required=False, label="vLLM arguments",
+        required=False, label="vLLM arguments", max_length=MAX_ARGS_TEXT,
         help_text='a JSON object, e.g. {"max_num_seqs": 256, "enable_prefix_caching": true}, '
                   "or flags, e.g. --max-num-seqs 256 --enable-prefix-caching; checked "
                   "against the vLLM version")
     cpus = CpuListField(required=False, label="CPUs",
                         help_text="CPU ids to bind to, e.g. 0-15 or 0, 2, 4; blank: unbound")
     env = EnvLinesField(
-        required=False, label="Environment",
+        required=False, label="Environment", max_length=MAX_ENV_TEXT,
         help_text=f"one NAME=value a line; values are write-only: {deployments.REDACTED} "
                   "keeps the value held")
     reason = forms.CharField(required=False, max_length=1000, label="Reason",

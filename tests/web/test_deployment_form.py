@@ -14,6 +14,7 @@ from django.test import Client
 from controlplane.audit.models import AuditEntry
 from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment, DeploymentRevision, Host
+from controlplane.web.forms import MAX_ARGS_TEXT, MAX_ENV_TEXT
 from tests.api.deploying import deployment_writer
 
 NEW = "/deployments/new/"
@@ -128,6 +129,17 @@ def test_text_the_form_cannot_read_is_named_before_any_check(code_writer, page_f
                                           "(did you mean max_num_seqs?)"]
     assert field_errors(html, "gpu_indices") == ["GPU indices separated by commas, e.g. 0, 1"]
     assert field_errors(html, "env") == ["line 1: write NAME=value"]
+    assert not Deployment.objects.exists()
+
+
+def test_text_beyond_any_real_config_is_refused_unread(code_writer, page_fleet):
+    _, page = code_writer
+    reply = page.post(NEW, form_body(page_fleet.host, args="--max-num-seqs 1 " * 5000,
+                                     env="A=" + "x" * MAX_ENV_TEXT))
+    html = reply.content.decode()
+    assert reply.status_code == 400
+    assert f"at most {MAX_ARGS_TEXT} characters" in field_errors(html, "args")[0]
+    assert field_errors(html, "env") == [f"at most {MAX_ENV_TEXT} characters"]
     assert not Deployment.objects.exists()
 
 
