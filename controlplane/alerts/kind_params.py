@@ -17,12 +17,14 @@ OBJECTIVES = {
     "itl": ("engine.itl_seconds", "TUNING_ITL_P99_OBJECTIVE_MS"),
 }
 MAX_OBJECTIVE_MS = 600_000  # ten minutes: anything longer is a typo
+MAX_OBSERVATIONS = 10**9
 # kind -> the params keys it reads (the kinds not listed keep their free-form params)
 ALLOWED = {
     RuleKind.ENGINE_STALLED: set(),
     RuleKind.GPU_LOST: {"removed_within_s"},
-    RuleKind.OBJECTIVE_ATTAINMENT: {"objective", "objective_ms"},
-    RuleKind.ERROR_BUDGET_BURN: {"objective", "objective_ms", "target", "short_window_s"},
+    RuleKind.OBJECTIVE_ATTAINMENT: {"objective", "objective_ms", "min_observations"},
+    RuleKind.ERROR_BUDGET_BURN: {"objective", "objective_ms", "min_observations", "target",
+                                 "short_window_s"},
 }
 
 
@@ -57,6 +59,10 @@ def _objective_problem(rule: AlertRule) -> str | None:
     goal = params.get("target")
     if goal is not None and not (_number(goal) and 0 < goal < 1):
         return "params.target must be a share between 0 and 1 (0.99 for 99 %)"
+    least = params.get("min_observations")
+    if least is not None and not (isinstance(least, int) and not isinstance(least, bool)
+                                  and 0 <= least <= MAX_OBSERVATIONS):
+        return f"params.min_observations must be a whole number from 0 to {MAX_OBSERVATIONS}"
     return _whole("short_window_s", params.get("short_window_s"), 1, rule.window_s,
                   "the rule's window_s")
 

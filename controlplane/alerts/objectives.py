@@ -12,6 +12,9 @@ period, 14.4 spends 2 % of a 30-day budget in one hour.
 - ``objective``: ``"ttft"`` or ``"itl"`` (required);
 - ``objective_ms``: the latency objective; default the setting of that objective
   (``ALERT_TTFT_P99_OBJECTIVE_MS``, ``TUNING_ITL_P99_OBJECTIVE_MS``), read at each cycle;
+- ``min_observations``: an engine with fewer observations over the rule's window (requests
+  for TTFT, inter-token intervals for ITL) is not judged: two slow requests of ten are no
+  burn to page for (default 0);
 - ``error_budget_burn`` only: ``target`` (default ``OBJECTIVE_TARGET``) and
   ``short_window_s``: the burn must hold over the rule's window *and* this shorter one (the
   multiwindow alert: the long window says the budget is really going, the short one that it
@@ -58,8 +61,10 @@ def add_needs(needs: Needs, rule: AlertRule) -> None:
     needs.add_histogram(objective_metric(rule), rule.window_s)
 
 
-def attainment(rule: AlertRule, cycle: Cycle, window_s: int) -> dict[int, float]:
-    """Per engine with observations in the window: the share of them within the objective."""
+def attainment(rule: AlertRule, cycle: Cycle, window_s: int,
+               least: int = 1) -> dict[int, float]:
+    """Per engine with at least ``least`` observations in the window: the share of them
+    within the objective."""
     metric = objective_metric(rule)
     view = cycle.views[metric.entity]
     j0 = cycle.column(metric.entity, window_s)
@@ -69,8 +74,9 @@ def attainment(rule: AlertRule, cycle: Cycle, window_s: int) -> dict[int, float]
     upper, out = objective_s(rule), {}
     for u in np.flatnonzero(layouts >= 0):
         edges = cycle.bounds.get(int(layouts[u]), [])
-        share = histogram_fraction(upper, edges, counts[u, :len(edges) + 1].tolist())
-        if share is not None:
+        buckets = counts[u, :len(edges) + 1].tolist()
+        share = histogram_fraction(upper, edges, buckets)
+        if share is not None and sum(buckets) >= least:
             out[int(view.keys[u])] = share
     return out
 
@@ -82,15 +88,16 @@ def burn(share: float, target_share: float) -> float:
 
 def objective_attainment(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """Engines whose attainment over the window op threshold (e.g. < 0.99)."""
-    return _hits(cycle, {e: s for e, s in attainment(rule, cycle, rule.window_s).items()
-                         if PY_OP[rule.op](s, rule.threshold)})
+    shares = attainment(rule, cycle, rule.window_s, _least(rule))
+    return _hits(cycle, {e: s for e, s in shares.items() if PY_OP[rule.op](s, rule.threshold)})
 
 
 def error_budget_burn(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """Engines whose burn rate over the window, and over params.short_window_s when given,
     op threshold (e.g. > 14.4). value: the burn over the (long) window."""
     goal = target(rule)
-    long = {e: burn(s, goal) for e, s in attainment(rule, cycle, rule.window_s).items()}
+    long = {e: burn(s, goal)
+            for e, s in attainment(rule, cycle, rule.window_s, _least(rule)).items()}
     held = {e: b for e, b in long.items() if PY_OP[rule.op](b, rule.threshold)}
     short_s = rule.params.get("short_window_s")
     if short_s and held:
@@ -98,6 +105,12 @@ def error_budget_burn(rule: AlertRule, cycle: Cycle) -> list[Hit]:
         held = {e: b for e, b in held.items()
                 if e in short and PY_OP[rule.op](burn(short[e], goal), rule.threshold)}
     return _hits(cycle, held)
+
+
+def _least(rule: AlertRule) -> int:
+    """params.min_observations over the rule's window (the short window needs just one: it
+    only confirms the burn goes on)."""
+    return max(int(rule.params.get("min_observations") or 0), 1)
 
 
 def _hits(cycle: Cycle, values: Mapping[int, float]) -> list[Hit]:

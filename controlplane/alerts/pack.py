@@ -50,7 +50,8 @@ def pack() -> list[dict]:
                      "(objective {threshold} s)"),
         *(dict(pack_key=f"{name}-budget-burn", name=f"{label} error budget burning fast",
                kind=RuleKind.ERROR_BUDGET_BURN, window_s=3600, op=Op.GT, threshold=14.4,
-               params={"objective": name, "short_window_s": 300}, for_s=0,
+               params={"objective": name, "short_window_s": 300, "min_observations": 100},
+               for_s=0,
                keep_firing_for_s=120, severity=Severity.CRITICAL,
                summary=f"{{host}} {{engine}}: {label} error budget burning {{value:.1f}}x "
                        f"over 1 h and 5 min (2 % of a 30-day budget an hour)")

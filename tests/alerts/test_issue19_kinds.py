@@ -187,10 +187,14 @@ def test_attainment_below_its_target_fires_and_a_fast_engine_does_not(ingest, ho
 def test_a_fast_burn_fires_over_both_windows_and_not_once_it_has_ended(ingest, host_token):
     """The pack's TTFT burn rule: burn > 14.4 over 1 h and over 5 min. 'now' has been slow for
     10 minutes (1 h: 16.7x, 5 min: 100x); 'past' was slow for 20 minutes until 15 minutes ago
-    (1 h: 33x, 5 min: 0): its trouble is over; 'fast' never was."""
-    agent = Agent(ingest, host_token, engines=("fast:8000", "now:8001", "past:8002"))
+    (1 h: 33x, 5 min: 0): its trouble is over; 'fast' never was; 'rare' served 30 requests in
+    the hour, all slow: fewer than the rule's min_observations (100), not judged."""
+    agent = Agent(ingest, host_token,
+                  engines=("fast:8000", "now:8001", "past:8002", "rare:8003"))
 
     def values(name: str, age: int) -> dict:
+        if name == "rare:8003":
+            return {"up": 1, **(ttft(SLOW) if age < 30 else {})}
         slow = (name == "now:8001" and age < 600) or (name == "past:8002"
                                                       and 900 <= age < 2100)
         return {"up": 1, **ttft(SLOW if slow else FAST)}

@@ -33,6 +33,8 @@ def params_error(**fields) -> str:
     ({"objective": "ttft", "short_window_s": 7200}, "params.short_window_s"),
     ({"objective": "ttft", "short_window_s": 30.5}, "params.short_window_s"),
     ({"objective": "ttft", "short_window": 300}, "unknown key(s) short_window"),
+    ({"objective": "ttft", "min_observations": -1}, "params.min_observations"),
+    ({"objective": "ttft", "min_observations": 1.5}, "params.min_observations"),
 ])
 def test_a_burn_rule_with_bad_params_is_refused_naming_the_key(db, params, names):
     assert names in params_error(params=params, **BURN)
