@@ -353,4 +353,4 @@ class DeploymentForm(forms.ModelForm):
         try:
             deployments.check(self.instance)
         except ValidationError as exc:
-            self._update_errors(exc)
+            self.add_error(None, exc)  # keyed by field: each under its own

@@ -92,10 +92,10 @@ def _edit(request: HttpRequest, d: Deployment) -> HttpResponse:
                                         form.cleaned_data.get("reason", ""))
             except deployments.CodeNotPermitted as exc:
                 form.add_error(None, f"Needs the permission {deployments.DEPLOY_CODE}.")
-                form._update_errors(exc)
+                form.add_error(None, exc)  # each message under its field
                 status = 403
             except ValidationError as exc:  # changed meanwhile (a GPU taken by another)
-                form._update_errors(exc)
+                form.add_error(None, exc)  # each message under its field
             else:
                 messages.success(request, _saved(form.instance, creating, made))
                 return redirect(reverse("web:deployment", args=[form.instance.pk]))
