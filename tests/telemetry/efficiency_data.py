@@ -16,8 +16,8 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 WATTS = 300.0
 TTFT_BOUNDS = [0.5, 2.0, 5.0]
 TTFT_COUNTS = [10, 9, 1, 0]  # per histogram sample: 19 of 20 under 2 s
-ITL_BOUNDS = [0.05, 0.1, 0.2]
-ITL_COUNTS = [90, 9, 1, 0]  # 99 of 100 under 0.1 s
+ITL_BOUNDS = [0.025, 0.05, 0.1, 0.2]  # one bucket more than TTFT's: read in one statement
+ITL_COUNTS = [50, 40, 9, 1, 0]  # 99 of 100 under 0.1 s
 HISTOGRAM_EVERY = 120  # samples: one histogram delta every two minutes at 1 s
 
 
@@ -39,6 +39,7 @@ class Load:
     gpus: int = 2
     energy_counter: bool = True  # every GPU reports gpu.energy_j
     counter_gpus: set[int] | None = None  # only these GPUs do (None: all, when energy_counter)
+    counter_reset_at: int | None = None  # the counters restart from 100 J at this sample
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     def uuid(self, index: int) -> str:
@@ -68,7 +69,9 @@ def sample(load: Load, i: int) -> dict:
         gpu = {"uuid": load.uuid(g), "power_w": WATTS, "util_pct": 90.0}
         if load.has_counter(g):
             # Joules since the driver loaded: rising at WATTS from an arbitrary start.
-            gpu["energy_j"] = 1_000_000.0 * (g + 1) + WATTS * i
+            reset = load.counter_reset_at
+            gpu["energy_j"] = (100.0 + WATTS * (i - reset) if reset is not None and i >= reset
+                               else 1_000_000.0 * (g + 1) + WATTS * i)
         gpus.append(gpu)
     engines = []
     for e in load.engines:

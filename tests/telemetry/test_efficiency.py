@@ -16,6 +16,7 @@ from django.db import connection
 from agents.protocol import METRICS
 from controlplane.fleet.models import Engine
 from controlplane.telemetry import efficiency, partitions, rollups
+from controlplane.telemetry.efficiency.figures import burn_rate, fraction_under
 from controlplane.telemetry.efficiency.stretches import split
 from controlplane.telemetry.schema import TABLES
 from controlplane.telemetry.series import SeriesError
@@ -61,6 +62,14 @@ def test_the_energy_counter_is_used_when_every_gpu_reports_it(ingest, host_token
     # (the rate samples cover 600 intervals: the first one's too).
     assert f.energy_j == pytest.approx(2 * 300 * 599)
     assert f.tokens_per_joule == pytest.approx(TOKENS / (2 * 300 * 599))
+
+
+@needs_counter
+def test_a_counter_reset_counts_from_the_new_start(ingest, host_token):
+    post(ingest, host_token, recent_load(counter_reset_at=300))
+    f = only_engine(efficiency.report("1h")).figures
+    # 299 intervals before the reset, 299 after it; the one across it is unknown.
+    assert f.energy_j == pytest.approx(2 * 300 * 598)
 
 
 @needs_counter
@@ -139,6 +148,14 @@ def test_an_unknown_range_names_the_parameter():
     with pytest.raises(SeriesError) as err:
         efficiency.report("2h")
     assert err.value.param == "range"
+
+
+def test_attainment_over_two_layouts_weighs_each_by_its_observations():
+    layouts = {1: [8, 2, 0], 2: [10, 20, 10, 0]}  # 8 of 10 under 1.0; 30 of 40 under 1.0
+    bounds = {1: [1.0, 2.0], 2: [0.5, 1.0, 4.0]}
+    assert fraction_under(1.0, layouts, bounds) == pytest.approx(38 / 50)
+    assert fraction_under(1.0, {}, bounds) is None
+    assert burn_rate(None, 0.99) is None
 
 
 # -- which tables answer ----------------------------------------------------------------------

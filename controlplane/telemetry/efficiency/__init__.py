@@ -33,6 +33,7 @@ from controlplane.telemetry.efficiency.figures import (
     POWER,
     Figures,
     Inputs,
+    Layouts,
     Terms,
     figures,
 )
@@ -102,6 +103,9 @@ def report(range_name: str = DEFAULT_RANGE, end: datetime | None = None,
     start = end - RANGES[range_name]
     engines = _engines(start, engine_ids, model)
     with statement_timeout("reading efficiency figures"):
+        # JIT compiling the statements (forty sums over bucket positions) cost PostgreSQL
+        # 11 s of a 30-day read at 2,000 engines that ran in under one without it.
+        reads.fetch("SELECT set_config('jit', 'off', true)", [])
         return _report(range_name, start, end, engines)
 
 
@@ -187,8 +191,7 @@ class _Reader:
                  **_prefixed("gpu", reads.sample_intervals("gpu", gpu_ids, self.start,
                                                             self.end))}
         energy = self._energy(gpu_ids)
-        hists = {(obj, w): reads.histogram_counts(metric, ids, self.stretches("engine", w))
-                 for obj, metric in HISTOGRAMS.items() for w in ("range", *BURN_WINDOWS)}
+        hists = self._histograms(ids)
         out = {}
         for e in engines:
             i = _tokens(tokens.get(e.id), every.get(("engine", e.id), DEFAULT_INTERVAL_S))
@@ -196,6 +199,23 @@ class _Reader:
             _add_gpus(i, gpu_dt, power, energy)
             i.histograms = {key: h[e.id] for key, h in hists.items() if e.id in h}
             out[e.id] = i
+        return out
+
+    def _histograms(self, ids: list[int]) -> dict[tuple[str, str], dict[int, Layouts]]:
+        """(objective, window) -> engine id -> summed buckets; a window equal to another
+        (the 1-hour range and its last hour) is read once."""
+        widest = max((len(b) for b in HistogramLayout.objects.values_list("bounds", flat=True)),
+                     default=-1) + 1
+        by_window: dict[tuple[datetime, datetime], dict] = {}
+        out = {}
+        for window in ("range", *BURN_WINDOWS):
+            start = self.start if window == "range" else self.end - BURN_WINDOWS[window]
+            if (start, self.end) not in by_window:
+                by_window[(start, self.end)] = reads.histogram_counts(
+                    list(HISTOGRAMS.values()), ids, self.stretches("engine", window), widest)
+            read = by_window[(start, self.end)]
+            for objective, metric in HISTOGRAMS.items():
+                out[(objective, window)] = read[metric.name]
         return out
 
     def _energy(self, gpu_ids: list[int]) -> dict[int, float]:

@@ -135,23 +135,38 @@ def counter_increase(metric: Metric, ids: list[int],
     return {k: float(rise or 0.0) for k, rise in rows}
 
 
-def histogram_counts(metric: Metric, ids: list[int],
-                     stretches: list[Stretch]) -> dict[int, dict[int, list[int]]]:
-    """Per entity id: per layout id, the bucket counts summed over the stretches."""
-    out: dict[int, dict[int, list[int]]] = defaultdict(dict)
-    if not ids:
-        return {}
-    key = _key(metric.entity)
-    layout, counts = f"{metric.key}_layout", f"{metric.key}_counts"
+def histogram_counts(metrics: list[Metric], ids: list[int], stretches: list[Stretch],
+                     buckets: int) -> dict[str, dict[int, dict[int, list[int]]]]:
+    """Per metric name, per entity id, per layout id: the bucket counts summed over the
+    stretches. ``buckets``: the most buckets a layout has (its bounds and +Inf).
+
+    All the metrics are read in one pass over each table, a ``sum`` per bucket position
+    (positions past a row's layout are NULL and add nothing): three times faster than
+    unnesting the arrays, which mattered at 2,000 engines over 30 days of hourly rows."""
+    out: dict[str, dict[int, dict[int, list[int]]]] = {m.name: defaultdict(dict) for m in metrics}
+    if not ids or not metrics or buckets < 1:
+        return {name: {} for name in out}
+    entity = metrics[0].entity
+    key = _key(entity)
+    layouts = [f"t.{m.key}_layout" for m in metrics]
+    sums = [f"sum(t.{m.key}_counts[{i}]::float8)" for m in metrics for i in range(1, buckets + 1)]
+    names = [c for m in metrics for c in (f"{m.key}_layout", f"{m.key}_counts")]
     for s in stretches:
-        src, params = stretch_from(metric.entity, s.resolution, s.lo, s.hi, [layout, counts])
+        src, params = stretch_from(entity, s.resolution, s.lo, s.hi, names)
         rows = fetch(
-            f"SELECT t.{key}, t.{layout}, u.i, sum(u.c)::int8 FROM {src} "
-            f"CROSS JOIN LATERAL unnest(t.{counts}) WITH ORDINALITY AS u(c, i) "
-            f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s AND t.{counts} IS NOT NULL "
-            f"GROUP BY 1, 2, 3", [*params, ids, s.lo, s.hi])
-        for k, lay, i, total in rows:
-            buckets = out[k].setdefault(lay, [])
-            buckets.extend([0] * (i - len(buckets)))
-            buckets[i - 1] += int(total or 0)
-    return dict(out)
+            f"SELECT t.{key}, {', '.join(layouts)}, {', '.join(sums)} FROM {src} "
+            f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s "
+            f"GROUP BY {', '.join(str(i) for i in range(1, len(metrics) + 2))}",
+            [*params, ids, s.lo, s.hi])
+        for row in rows:
+            k, lays, counts = row[0], row[1:1 + len(metrics)], row[1 + len(metrics):]
+            for j, (metric, lay) in enumerate(zip(metrics, lays, strict=True)):
+                if lay is None:
+                    continue
+                part = counts[j * buckets:(j + 1) * buckets]
+                have = out[metric.name][k].setdefault(lay, [])
+                found = [int(c) for c in part if c is not None]
+                have.extend([0] * (len(found) - len(have)))
+                for i, c in enumerate(found):
+                    have[i] += c
+    return {name: dict(per) for name, per in out.items()}
