@@ -58,18 +58,18 @@ def test_the_energy_counter_is_used_when_every_gpu_reports_it(ingest, host_token
     post(ingest, host_token, recent_load())
     f = only_engine(efficiency.report("1h")).figures
     assert f.energy_source == "energy_counter"
-    # The counter rose 300 J/s over the 599 s between the first and the last sample, per GPU
-    # (the rate samples cover 600 intervals: the first one's too).
-    assert f.energy_j == pytest.approx(2 * 300 * 599)
-    assert f.tokens_per_joule == pytest.approx(TOKENS / (2 * 300 * 599))
+    # Per GPU the counter rose 300 J/s over the 599 s between the first and the last sample;
+    # scaled to the 600 intervals the 600 samples stand for (as the rate samples do).
+    assert f.energy_j == pytest.approx(2 * 300 * 599 * 600 / 599)
+    assert f.tokens_per_joule == pytest.approx(1.0)
 
 
 @needs_counter
 def test_a_counter_reset_counts_from_the_new_start(ingest, host_token):
     post(ingest, host_token, recent_load(counter_reset_at=300))
     f = only_engine(efficiency.report("1h")).figures
-    # 299 intervals before the reset, 299 after it; the one across it is unknown.
-    assert f.energy_j == pytest.approx(2 * 300 * 598)
+    # 299 steps up before the reset, 299 after it; the step across it is lost.
+    assert f.energy_j == pytest.approx(2 * 300 * 598 * 600 / 599)
 
 
 @needs_counter
@@ -209,11 +209,9 @@ def test_30_days_read_the_hourly_rollups_not_raw_rows(ingest, host_token,
     f = only_engine(report).figures
     assert f == before.figures
     assert f.generation_tokens == pytest.approx(TOKENS)
-    if "gpu.energy_j" in METRICS:  # the hour's bucket: its last value over its lowest
-        assert f.energy_source == "energy_counter"
-        assert f.tokens_per_joule == pytest.approx(TOKENS / (2 * 300 * 599))
-    else:
-        assert (f.energy_source, f.tokens_per_joule) == ("power", pytest.approx(1.0))
+    # The hour's bucket: its last value over its lowest, x 600 / 599 for its 600 rows.
+    source = "energy_counter" if "gpu.energy_j" in METRICS else "power"
+    assert (f.energy_source, f.tokens_per_joule) == (source, pytest.approx(1.0))
     assert f.gpu_hours == pytest.approx(2 * 600 / 3600)
     assert (f.ttft.attainment, f.ttft.requests) == (pytest.approx(0.95), 100)
     assert f.ttft.burn_30d == pytest.approx(5.0)

@@ -185,12 +185,13 @@ class _Reader:
         ids = [e.id for e in engines]
         gpu_ids = sorted({g for e in engines for g in gpus[e.id]})
         tokens = reads.value_totals(GENERATION, ids, self.stretches("engine"))
-        power = reads.value_totals(POWER_METRIC, gpu_ids, self.stretches("gpu"))
+        power = reads.value_totals(POWER_METRIC, gpu_ids, self.stretches("gpu"),
+                                   reads.energy_metric())
         every = {**_prefixed("engine", reads.sample_intervals("engine", ids, self.start,
                                                                self.end)),
                  **_prefixed("gpu", reads.sample_intervals("gpu", gpu_ids, self.start,
                                                             self.end))}
-        energy = self._energy(gpu_ids)
+        energy = {g: t.counter_rise for g, t in power.items() if t.counter_rows}
         hists = self._histograms(ids)
         out = {}
         for e in engines:
@@ -217,12 +218,6 @@ class _Reader:
             for objective, metric in HISTOGRAMS.items():
                 out[(objective, window)] = read[metric.name]
         return out
-
-    def _energy(self, gpu_ids: list[int]) -> dict[int, float]:
-        metric = reads.energy_metric()
-        if metric is None:
-            return {}
-        return reads.counter_increase(metric, gpu_ids, self.stretches("gpu"))
 
 
 def _prefixed(entity: str, values: dict[int, float]) -> dict[tuple[str, int], float]:

@@ -26,11 +26,13 @@ _INTERVAL_ROWS = {"raw": 61, "1m": 60, "1h": 24}
 
 @dataclass
 class Totals:
-    """One entity's samples of one gauge or rate over the stretches read."""
+    """One entity's samples of one gauge or rate over the stretches read, and of a counter."""
 
     samples: int = 0  # rows of the entity, with the metric or not
     rows: int = 0  # samples holding the metric
     total: float = 0.0  # the sum of their values
+    counter_rows: int = 0  # samples holding the counter
+    counter_rise: float = 0.0  # how much it rose, scaled to the samples' intervals (below)
 
 
 def energy_metric() -> Metric | None:
@@ -42,9 +44,17 @@ def _key(entity: Entity) -> str:
     return RAW[entity].keys[0].name
 
 
-def value_totals(metric: Metric, ids: list[int],
-                 stretches: list[Stretch]) -> dict[int, Totals]:
-    """Per entity id: how many samples it has, how many hold ``metric`` and their sum."""
+def value_totals(metric: Metric, ids: list[int], stretches: list[Stretch],
+                 counter: Metric | None = None) -> dict[int, Totals]:
+    """Per entity id: how many samples it has, how many hold ``metric`` and their sum; with
+    ``counter`` (a monotonic counter of the same entity: ``gpu.energy_j``), how much it rose.
+
+    A counter's rise between the first and the last of n samples covers n - 1 sampling
+    intervals where n rate samples cover n, so each bucket's rise (its last value over its
+    lowest: a reset inside it counts from the restart) is scaled by n / (n - 1): for a steady
+    draw, exactly the energy of the intervals the samples stand for, and never the energy of a
+    gap without samples. Raw rows are one bucket per stretch, their rise the sum of the steps
+    up (a step down is a reset: the step is lost)."""
     out: dict[int, Totals] = defaultdict(Totals)
     if not ids:
         return {}
@@ -52,21 +62,49 @@ def value_totals(metric: Metric, ids: list[int],
     for s in stretches:
         if s.resolution == "raw":
             src, params = stretch_from(metric.entity, "raw", s.lo, s.hi, [col])
-            counts = f"count(*), count(t.{col}), sum(t.{col}::float8)"
+            counts = f"count(*), count(t.{col}), sum(t.{col}::float8), 0, 0.0"
         else:
             table = ROLLUPS[s.resolution][metric.entity]
             src, params = f"{table.name} t", []
             avg = table.column(metric, "avg").name
             counts = (f"sum(t.n), sum(t.n) FILTER (WHERE t.{avg} IS NOT NULL), "
-                      f"sum(t.{avg}::float8 * t.n)")
+                      f"sum(t.{avg}::float8 * t.n), {_bucket_rise(table, counter)}")
         rows = fetch(f"SELECT t.{key}, {counts} FROM {src} WHERE t.{key} = ANY(%s) "
                      f"AND t.ts >= %s AND t.ts < %s GROUP BY 1", [*params, ids, s.lo, s.hi])
-        for k, samples, count, total in rows:
+        for k, samples, count, total, counted, rise in rows:
             t = out[k]
             t.samples += int(samples or 0)
             t.rows += int(count or 0)
             t.total += total or 0.0
+            t.counter_rows += int(counted or 0)
+            t.counter_rise += rise or 0.0
+        if counter is not None and s.resolution == "raw":
+            for k, counted, rise in _raw_rise(counter, ids, s):
+                if counted:
+                    out[k].counter_rows += counted
+                    out[k].counter_rise += (rise or 0.0) * counted / max(1, counted - 1)
     return dict(out)
+
+
+def _bucket_rise(table, counter: Metric | None) -> str:
+    """(samples with the counter, its rise scaled per bucket) as two SQL aggregates."""
+    if counter is None:
+        return "0, 0.0"
+    low, last = table.column(counter, "min").name, table.column(counter, "last").name
+    return (f"sum(t.n) FILTER (WHERE t.{last} IS NOT NULL), "
+            f"sum((t.{last}::float8 - t.{low}::float8) * t.n / (t.n - 1)) "
+            f"FILTER (WHERE t.{last} IS NOT NULL AND t.n > 1)")
+
+
+def _raw_rise(counter: Metric, ids: list[int], s: Stretch) -> list[tuple]:
+    key, col = _key(counter.entity), column_for(counter).name
+    src, params = stretch_from(counter.entity, "raw", s.lo, s.hi, [col])
+    return fetch(
+        f"SELECT k, count(*), sum(CASE WHEN v >= prev THEN v - prev ELSE 0 END) FROM ("
+        f"SELECT t.{key} AS k, t.{col}::float8 AS v, "
+        f"lag(t.{col}::float8) OVER (PARTITION BY t.{key} ORDER BY t.ts) AS prev FROM {src} "
+        f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s AND t.{col} IS NOT NULL) w "
+        f"GROUP BY k", [*params, ids, s.lo, s.hi])
 
 
 def sample_intervals(entity: Entity, ids: list[int], lo: datetime,
@@ -99,40 +137,6 @@ def sample_intervals(entity: Entity, ids: list[int], lo: datetime,
             [missing, lo, hi, _INTERVAL_ROWS[tier]])
         out.update({k: WIDTH[tier] / n for k, n in rows if n})
     return out
-
-
-def counter_increase(metric: Metric, ids: list[int],
-                     stretches: list[Stretch]) -> dict[int, float]:
-    """Per entity id: how much a monotonic counter (``gpu.energy_j``) rose over the stretches.
-
-    Raw rows and rollup buckets go in one time order, each read as (lowest, last) value; the
-    rise is the sum of each one's last over the one before's, and where the counter went down
-    (a reset: driver reload, reboot) the bucket counts from its own lowest value instead.
-    The first bucket counts from its lowest value too. Entities without a value are absent.
-    """
-    if not ids:
-        return {}
-    key, col = _key(metric.entity), column_for(metric).name
-    parts, params = [], []
-    for s in stretches:
-        if s.resolution == "raw":
-            src, src_params = stretch_from(metric.entity, "raw", s.lo, s.hi, [col])
-            lo = last = f"t.{col}::float8"
-        else:
-            table = ROLLUPS[s.resolution][metric.entity]
-            src, src_params = f"{table.name} t", []
-            lo = f"t.{table.column(metric, 'min').name}::float8"
-            last = f"t.{table.column(metric, 'last').name}::float8"
-        parts.append(f"SELECT t.{key} AS k, t.ts, {lo} AS lo, {last} AS last FROM {src} "
-                     f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s AND {last} IS NOT NULL")
-        params += [*src_params, ids, s.lo, s.hi]
-    if not parts:
-        return {}
-    rows = fetch(
-        "SELECT k, sum(CASE WHEN prev IS NULL OR last < prev THEN last - lo ELSE last - prev END) "
-        "FROM (SELECT k, lo, last, lag(last) OVER (PARTITION BY k ORDER BY ts) AS prev "
-        f"FROM ({' UNION ALL '.join(parts)}) u) w GROUP BY k", params)
-    return {k: float(rise or 0.0) for k, rise in rows}
 
 
 def histogram_counts(metrics: list[Metric], ids: list[int], stretches: list[Stretch],
