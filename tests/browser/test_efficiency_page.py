@@ -34,7 +34,8 @@ def test_the_page_shows_models_engines_and_notes(page, browser_stack):
     engine = Engine.objects.get(name="vllm:8000/0")
     page.goto(f"{browser_stack.base}/engines/{engine.id}/")
     page.click("#efficiency-link")
-    page.wait_for_selector("#efficiency-engines")
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.get_attribute("#chart-efficiency-tokens .plot", "data-state") == "drawn"
     assert page.url.endswith(f"/efficiency/#engine-{engine.id}")
     row = page.locator(f"#engine-{engine.id}")
     assert row.locator("[data-field=tokens_per_s]").inner_text() == "600.0"

@@ -84,6 +84,23 @@ def test_the_range_picker_offers_four_ranges_and_a_stale_one_falls_back(viewer, 
     assert 'data-range="1h" class="selected"' in viewer.get(PAGE, {"range": "9y"}).content.decode()
 
 
+def test_it_charts_the_engines_tokens_per_second_with_its_module(viewer, load):
+    from django.templatetags.static import static
+
+    engine = Engine.objects.get()
+    html = viewer.get(PAGE).content.decode()
+    lines = re.search(r'id="chart-efficiency-tokens"[^>]*data-lines="([^"]+)"', html).group(1)
+    assert f'&quot;entity&quot;: &quot;{engine.id}&quot;' in lines
+    assert "engine.generation_tokens_per_s" in lines
+    assert f'<script type="module" src="{static("web/efficiency.js")}">' in html
+
+
+def test_without_tokens_there_is_no_chart(viewer):
+    html = viewer.get(PAGE).content.decode()
+    assert "chart-efficiency-tokens" not in html
+    assert "No engine reported in this range." in html
+
+
 def test_the_nav_and_the_engine_page_link_to_it(viewer, load):
     engine = Engine.objects.get()
     html = viewer.get(f"/engines/{engine.id}/").content.decode()

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 
 from controlplane.telemetry import efficiency
 from controlplane.telemetry.efficiency.figures import Attainment, Figures
 from controlplane.telemetry.series import QueryTimeout
+from controlplane.web.charts import Chart, Line
 from controlplane.web.views.access import read_fleet
 
 DASH = "–"
@@ -18,6 +20,7 @@ RANGE_LABELS = {"1h": "1 h", "24h": "24 h", "7d": "7 d", "30d": "30 d"}
 SOURCE_LABELS = {"energy_counter": "energy counter", "power": "power × time",
                  "mixed": "counter and power"}
 TIER_LABELS = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}
+CHARTED_ENGINES = 12  # the busiest ones: a fleet's thousand lines would read as noise
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,9 @@ def efficiency_page(request: HttpRequest) -> HttpResponse:
     try:
         report = efficiency.report(name)
     except QueryTimeout as exc:
-        return render(request, "web/efficiency.html", {"error": str(exc), "range_name": name,
-                                                       "ranges": RANGE_LABELS}, status=503)
+        return render(request, "web/efficiency.html", {
+            "error": str(exc), "range_name": name, "ranges": RANGE_LABELS,
+            "page_config": _page_config(0.0, 0.0)}, status=503)
     sources = {e.figures.energy_source for e in report.engines} - {None}
     context = {
         "report": report, "range_name": name, "ranges": RANGE_LABELS,
@@ -68,8 +72,28 @@ def efficiency_page(request: HttpRequest) -> HttpResponse:
         "engines": [(e, row(e.figures, report.target)) for e in report.engines],
         "sources": sorted(SOURCE_LABELS[s] for s in sources),
         "target_pct": _pct(report.target, 2),
+        "chart": tokens_chart(report.engines),
+        "page_config": _page_config(report.start.timestamp(), report.end.timestamp()),
     }
     return render(request, "web/efficiency.html", context)
+
+
+def _page_config(start: float, end: float) -> dict:
+    """What efficiency.js reads: where the series API is, and the range the chart shows."""
+    return {"page": "efficiency", "series_url": reverse("series"),
+            "range": {"from": start, "to": end}}
+
+
+def tokens_chart(engines: list[efficiency.EngineRow]) -> Chart | None:
+    busiest = sorted((e for e in engines if e.figures.generation_tokens > 0),
+                     key=lambda e: -e.figures.generation_tokens)[:CHARTED_ENGINES]
+    if not busiest:
+        return None
+    lines = tuple(Line("engine.generation_tokens_per_s", entity=str(e.id),
+                       label=f"{e.name} · {e.hostname}") for e in busiest)
+    title = "Generation tokens/s" + (f", the {len(busiest)} busiest engines"
+                                     if len(engines) > len(busiest) else "")
+    return Chart("efficiency-tokens", title, lines, wide=True)
 
 
 def tiers_read(report: efficiency.Report) -> str:
