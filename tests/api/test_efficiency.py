@@ -98,6 +98,7 @@ def test_an_unknown_engine_is_404(reader):
     ({"range": "2h"}, "range"),
     ({"range": "30"}, "range"),
     ({"end": "yesterday"}, "end"),
+    ({"end": "0001-01-02T00:00:00"}, "end"),  # 30 days before it is no date
     ({"model": "m" * 301}, "model"),
 ])
 def test_bad_parameters_are_400_naming_them(reader, params, name):

@@ -53,6 +53,9 @@ RANGES: dict[str, timedelta] = {
 }
 DEFAULT_RANGE = "1h"
 BURN_WINDOWS = {"1h": timedelta(hours=1), "30d": timedelta(days=30)}
+# Instants an end may be: a 30-day window before it stays a datetime.
+EARLIEST = datetime(1971, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 GENERATION = METRICS["engine.generation_tokens_per_s"]
 POWER_METRIC = METRICS["gpu.power_w"]
@@ -100,6 +103,8 @@ def report(range_name: str = DEFAULT_RANGE, end: datetime | None = None,
     if range_name not in RANGES:
         raise SeriesError("range", f"range must be one of {', '.join(RANGES)}")
     end = end or datetime.now(UTC)
+    if not EARLIEST < end < LATEST:
+        raise SeriesError("end", f"end must be between {EARLIEST.date()} and {LATEST.date()}")
     start = end - RANGES[range_name]
     engines = _engines(start, engine_ids, model)
     with statement_timeout("reading efficiency figures"):
