@@ -47,7 +47,7 @@ MIN_BATCHED_TOKENS = 2048
 # too many at once (the next pass can go on).
 ITL_TARGET = 0.9
 BUDGET_GROWTH = (1.25, 2.0)
-BUDGET_STEP = 256  # tokens: proposals are multiples of it
+BUDGET_STEP = 64  # tokens: proposals are multiples of it (fine enough for a 512 budget)
 IDLE_PER_S = 0.05  # requests/s: one every 20 s
 # The reference host (the issue's): what vLLM at fleet scale wants per host.
 REFERENCE = {"gpu_mem_bytes": 24 * 10**9, "cpu_count": 8, "mem_total_bytes": 64 * 10**9}

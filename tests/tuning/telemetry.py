@@ -21,7 +21,7 @@ PID = 4242
 
 @dataclass
 class Target:
-    deployment: Deployment
+    deployment: Deployment | None  # None: an engine Pitwall does not run
     engine: Engine
     gpus: list[Gpu]
 
@@ -30,6 +30,17 @@ def target(d: Deployment) -> Target:
     engine, _ = Engine.objects.get_or_create(host=d.host, name=f"vllm:{d.port}/0")
     gpus = list(Gpu.objects.filter(host=d.host, index__in=d.gpu_indices))
     return Target(d, engine, gpus)
+
+
+def watched(h: Host, port: int = 9000, gpu_indices: tuple[int, ...] = (0,),
+            config: dict | None = None) -> Target:
+    """A vLLM server the agent scrapes but Pitwall does not run (no deployment at its port),
+    seen for hours, on those GPUs."""
+    gpus = list(Gpu.objects.filter(host=h, index__in=gpu_indices))
+    engine, _ = Engine.objects.update_or_create(host=h, name=f"vllm:{port}/0", defaults={
+        "gpu_uuids": [g.uuid for g in gpus], "config": config or {}, "present": True,
+        "first_seen": timezone.now() - timedelta(hours=2)})
+    return Target(None, engine, gpus)
 
 
 def write(t: Target, start: datetime, minutes: int, engine: dict | None = None,
@@ -53,9 +64,9 @@ def write(t: Target, start: datetime, minutes: int, engine: dict | None = None,
                                                                          x.mem_total_bytes)}
                            for x in t.gpus for ts in stamps])
     p = {"cpu_pct": 50.0, "cpu_affinity": list(range(8)), **(proc or {})}
-    insert_samples("proc", [{"host_id": t.deployment.host_id, "pid": PID, "ts": ts,
+    insert_samples("proc", [{"host_id": t.engine.host_id, "pid": PID, "ts": ts,
                              "engine_id": t.engine.id, **p} for ts in stamps])
-    insert_samples("host", [{"host_id": t.deployment.host_id, "ts": ts, "cpu_pct": 30.0,
+    insert_samples("host", [{"host_id": t.engine.host_id, "ts": ts, "cpu_pct": 30.0,
                              **(host or {})} for ts in stamps])
 
 

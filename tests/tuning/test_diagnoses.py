@@ -186,3 +186,39 @@ def test_an_unset_budget_reads_vllms_default_for_the_gpu(name, mem, current):
     found = only(replace(base, gpu_mem_used={gpu.id: 0.9 * mem}))
     assert found.changes == [{"field": "args.max_num_batched_tokens", "current": current,
                               "proposed": 2 * current}]
+
+
+# -- prefill starving TTFT, graded by the ITL headroom --------------------------------------
+
+
+def test_itl_over_half_its_objective_still_leaves_room_for_a_bounded_raise():
+    # 60 ms of a 100 ms objective: the old half-objective gate said nothing.
+    found = only(healthy(ttft_p99=6.0, itl_p99=0.06))
+    assert found.kind == "prefill_ttft"
+    # Steps may grow until ITL p99 reaches 90 ms: x1.5, predicted 60 x 1.5 = 90 ms.
+    assert found.changes == [{"field": "args.max_num_batched_tokens", "current": 8192,
+                              "proposed": 12288}]
+    assert "90 ms" in found.expected and "3.0x the 2 s objective" in found.reasoning
+    assert found.confidence == pytest.approx(0.62)
+
+
+def test_ample_itl_headroom_raises_at_most_twofold():
+    found = only(healthy(ttft_p99=3.0, itl_p99=0.01))
+    assert found.changes[0]["proposed"] == 16384 and found.confidence == 0.7
+
+
+def test_itl_near_its_objective_leaves_no_room_and_stays_silent():
+    # 80 ms: 90 ms allows x1.125, under the x1.25 a restart is worth.
+    assert diagnose(healthy(ttft_p99=6.0, itl_p99=0.08)) == []
+
+
+def test_the_raise_never_passes_the_largest_budget():
+    found = only(healthy(ttft_p99=6.0, itl_p99=0.02,
+                         engine_config={"max_num_batched_tokens": "49152"}))
+    assert found.changes[0]["proposed"] == 65536
+    assert diagnose(healthy(ttft_p99=6.0, itl_p99=0.02,
+                            engine_config={"max_num_batched_tokens": "65536"})) == []
+
+
+def test_a_healthy_ttft_is_silent_whatever_the_itl_headroom():
+    assert diagnose(healthy(ttft_p99=1.5, itl_p99=0.005)) == []
