@@ -3,7 +3,9 @@
 The call itself succeeds while each field carries its own return code (``nvmlReturn``): one
 field can be "not supported" while its neighbours answer. ``field_values`` hands back each
 field's number or its error, unraised, so a reader decides which fields it needs; only "GPU is
-lost" is raised at once, since it concerns the whole device.
+lost" is raised at once, since it concerns the whole device. A field a driver does not know
+(or a scope it does not take, as the all-links NVLink scope before it existed) answers "invalid
+argument": for the collector that is "not supported" (asked no more), not a passing error.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ Answer = int | float | Exception
 # valueType -> the member of the value union that holds it (nvml.h nvmlValueType_t).
 _MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 _SUCCESS = 0
+_INVALID_ARGUMENT = 2
+_NOT_SUPPORTED = 3
 _GPU_IS_LOST = 15
 
 
@@ -30,6 +34,7 @@ def field_values(nvml: Any, handle: Any, ids: Iterable[FieldId]) -> dict[FieldId
         code = int(value.nvmlReturn)
         if code == _GPU_IS_LOST:
             raise nvml.NVMLError(code)
+        code = _NOT_SUPPORTED if code == _INVALID_ARGUMENT else code
         answers[key] = nvml.NVMLError(code) if code != _SUCCESS else _number(value)
     return answers
 

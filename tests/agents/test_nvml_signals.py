@@ -179,3 +179,17 @@ def test_another_error_on_one_field_is_a_warning_and_only_that_field_is_absent()
     assert nvml.calls["nvmlDeviceGetPcieReplayCounter"] == 2  # may be transient: asked again
     assert len(warnings) == 1 and "pcie_replays" in warnings[0]
     assert all(s["lost"] == 0 for s in samples)  # one field failing is not a lost GPU
+
+
+def test_a_driver_that_refuses_the_all_links_scope_has_no_nvlink_throughput_not_a_warning():
+    # Before the aggregate scope existed, NVML answers the field "invalid argument".
+    board = Board(field_fail={pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+                              pynvml.NVML_ERROR_INVALID_ARGUMENT})
+    nvml = HandBuiltNvml([board])
+
+    samples, warnings = collect(nvml, times=3)
+
+    assert all("nvlink_tx_bps" not in s and "nvlink_rx_bps" not in s for s in samples)
+    assert all(s["nvlink_errors_total"] == 54 for s in samples)  # another call: unaffected
+    assert nvml.calls["nvmlDeviceGetFieldValues"] == 1 + 3  # throughput once, errors each time
+    assert warnings == []
