@@ -145,7 +145,7 @@ def _build(s: Scenario, clock: _Clock, interval: float) -> tuple[SimVllm, Sample
     sources = Sources(
         host=SimHost(h.hostname, nodes, h.mem_bytes, sim.state, p.cpu_contention, p.cpu_quota,
                      d.api_server_count),
-        gpus=NvmlCollector(nvml, clock=clock), engines=[engine],
+        gpus=NvmlCollector(nvml, warn=lambda message: None, clock=clock), engines=[engine],
         processes=SimProcesses(ENGINE_PID, list(d.cpus), nodes, d.api_server_count),
         simulated=True, numa_node=_bus_nodes(nvml, h.gpu_nodes), hostname=h.hostname,
         sim_state=lambda collector: sim.state())
