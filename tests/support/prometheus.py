@@ -94,11 +94,16 @@ def promtool_check(exposition: bytes) -> Promtool:
 
 def accepted_export_lint() -> set[str]:
     """promtool's lint findings on the fleet exposition, each accepted (docs/prometheus.md):
-    the catalog's names are the public contract. ``ecc_dbe_total`` is a gauge of a count since
-    manufacture; the rates are named ``*_per_s``, an abbreviated unit to promtool."""
+    the catalog's names are the public contract. Its ``*_total`` gauges are NVML's cumulative
+    counts sent as they are (ECC, NVLink errors, PCIe replays); the rates are named
+    ``*_per_s``, an abbreviated unit to promtool."""
     from agents.protocol import metrics_of
 
-    rates = {f"pitwall_{m.name.replace('.', '_')}" for m in metrics_of("engine")
-             if m.name.endswith("_per_s")}
-    return {'pitwall_gpu_ecc_dbe_total non-counter metrics should not have "_total" suffix',
+    def exported(metric) -> str:
+        return f"pitwall_{metric.name.replace('.', '_')}"
+
+    catalog = [m for entity in ("host", "gpu", "engine") for m in metrics_of(entity)]
+    totals = {exported(m) for m in catalog if m.kind == "gauge" and m.name.endswith("_total")}
+    rates = {exported(m) for m in catalog if m.name.endswith("_per_s")}
+    return {*(f'{name} non-counter metrics should not have "_total" suffix' for name in totals),
             *(f"{name} metric names should not contain abbreviated units" for name in rates)}
