@@ -93,7 +93,8 @@ class AlertRuleForm(forms.ModelForm):
             "for_s": "the condition must hold this long before the alert fires",
             "keep_firing_for_s": "stays firing this long after the condition clears",
             "hostname_glob": "e.g. infer-*; blank: every host",
-            "params": 'named kinds\' second threshold, e.g. {"waiting_above": 0}',
+            "params": 'named kinds: a second threshold ({"waiting_above": 0}), an objective '
+                      '({"objective": "ttft", "short_window_s": 300}): docs/alerts.md',
         }
         widgets = {"params": forms.Textarea(attrs={"rows": 2}),
                    "description": forms.Textarea(attrs={"rows": 3}),
