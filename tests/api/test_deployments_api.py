@@ -78,6 +78,15 @@ def test_cpus_numa_node_env_and_port_are_checked_against_the_host(staff, gpu_hos
     assert "CUDA_VISIBLE_DEVICES" in errors["env"][0]
 
 
+def test_cpus_null_means_unbound_as_the_schema_says(staff, gpu_host):
+    created = staff.post(URL, llama(gpu_host.host, cpus=[0, 1]), format="json")
+    assert created.status_code == 201, created.json()
+    detail = f"{URL}{created.json()['id']}/"
+    unbound = staff.patch(detail, {"cpus": None}, format="json")
+    assert unbound.status_code == 200, unbound.json()
+    assert unbound.json()["cpus"] is None and Deployment.objects.get().cpus is None
+
+
 def test_a_tmpdir_too_long_for_vllms_sockets_is_refused_before_vllm_would_exit(
         staff, gpu_host):
     too_long = "/var/lib/pitwall-agent/deployments/llama-8b/scratch/tmp/sockets/x" + "y" * 6

@@ -31,7 +31,11 @@ class IntListField(serializers.JSONField):
 
 @extend_schema_field({**_INTS, "nullable": True})
 class NullableIntListField(serializers.JSONField):
-    pass
+    """A list of ints or null (the schema says nullable: the field must take it too)."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
 
 
 class DeploymentStatusSerializer(serializers.ModelSerializer):
