@@ -82,16 +82,22 @@ def tuning_pass(now: datetime | None = None) -> PassResult:
     result = PassResult(len(everyone), len(steady), len(servers) - len(steady))
     known = _suggestions_of(servers, short)
     for server in servers:
-        facts = short[server.key]
-        found = diagnose(facts)
-        if server.key in long and (idle_finding := over_provisioned(long[server.key])):
-            found.append(idle_finding)
-        if server.deployment is None:
-            found = [as_report(facts, f) for f in found]
+        found = _findings(short[server.key], long.get(server.key))
         if found or any(s.state == State.OPEN for s in known.get(server.key, ())):
-            record(facts, found, known.get(server.key, []), result, timezone.now())
+            record(short[server.key], found, known.get(server.key, []), result, timezone.now())
     result.cleared += _clear_gone([first.id for _, first in foreign], timezone.now())
     return result
+
+
+def _findings(facts: Facts, idle_facts: Facts | None) -> list[Finding]:
+    """Every diagnosis of one server; reports with a fragment to paste where Pitwall does not
+    run it."""
+    found = diagnose(facts)
+    if idle_facts is not None and (idle := over_provisioned(idle_facts)):
+        found.append(idle)
+    if facts.deployment is None:
+        found = [as_report(facts, f) for f in found]
+    return found
 
 
 def _watched_hosts(taken: set[tuple[int, int]]) -> set[int]:
