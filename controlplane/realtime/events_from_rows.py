@@ -50,7 +50,7 @@ def _picker(names: Sequence[str], wanted: Iterable[str]) -> tuple[tuple[int, str
 FLEET_HOST = _picker(HOST_NAMES, ("cpu_pct", "mem_used_bytes", "mem_total_bytes"))
 FLEET_GPU = _picker(GPU_NAMES, ("mem_used_bytes", "mem_total_bytes", "util_pct"))
 FLEET_ENGINE = _picker(_names(ENGINE), ("up", "requests_running", "requests_waiting",
-                                        "kv_cache_usage"))
+                                        "kv_cache_usage", "generation_tokens_per_s"))
 
 
 def _present(names: Sequence[str], values: Sequence) -> dict[str, object]:

@@ -149,7 +149,8 @@ def test_the_fleet_totals_follow_the_agent_live_in_light_and_dark(page, browser_
     shot(page, "fleet-totals-light")
 
     post_sample(agent, util_pct=10.0, waiting=2, tokens_per_s=300.0)
-    wait_until(lambda: total(page, "gpus_busy") == "0" and total(page, "requests_waiting") == "2",
+    wait_until(lambda: total(page, "gpus_busy") == "0" and total(page, "requests_waiting") == "2"
+               and total(page, "generation_tokens_per_s") == "300",
                30, lambda: f"the totals never followed: {page.inner_text('#fleet-totals')}")
     page.emulate_media(color_scheme="dark")
     assert page.evaluate("getComputedStyle(document.body).backgroundColor") == DARK_BG

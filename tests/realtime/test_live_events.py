@@ -70,7 +70,7 @@ def test_a_batch_reaches_a_subscribed_socket_as_host_engine_and_fleet_events(
         "gpus": [{"id": gpu, "mem_used_bytes": 2**36, "mem_total_bytes": 80 * 2**30,
                   "util_pct": util} for gpu, util in ((gpu0, 90.0), (gpu1, 91.0))],
         "engines": [{"id": node["engine"], "up": 1, "requests_running": 4,
-                     "kv_cache_usage": 0.25}]}]
+                     "kv_cache_usage": 0.25}]}]  # generation_tokens_per_s: absent in the batch
     assert fleet_event["sent"] >= ts
 
 

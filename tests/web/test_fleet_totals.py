@@ -78,7 +78,8 @@ def test_the_page_shows_the_totals_and_hands_fleet_js_the_busy_gpus(operator_cli
     assert strip(html) == {"gpus_busy": "1", "gpus": "2", "generation_tokens_per_s": "1500",
                            "requests_waiting": "5", "alerts_firing": "1"}
     assert page_config(reply)["totals"] == {"busy_util_pct": BUSY_UTIL_PCT,
-                                            "busy_by_host": {str(busy_fleet.host.id): 1}}
+                                            "busy_by_host": {str(busy_fleet.host.id): 1},
+                                            "tokens_by_host": {str(busy_fleet.host.id): 1500.5}}
 
 
 def rule(name: str) -> AlertRule:

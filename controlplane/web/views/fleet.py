@@ -57,6 +57,7 @@ class FleetTotals:
     requests_waiting: float | None
     alerts_firing: int
     busy_by_host: dict[int, int]  # host id -> its busy GPUs: the live count starts from these
+    tokens_by_host: dict[int, float]  # host id -> its engines' tokens/s, likewise
 
 
 def fleet_totals(rows: list[FleetRow]) -> FleetTotals:
@@ -64,12 +65,15 @@ def fleet_totals(rows: list[FleetRow]) -> FleetTotals:
     busy_by_host = {r.host.id: sum(1 for _, v in r.gpus if (v["util_pct"] or 0) >= BUSY_UTIL_PCT)
                     for r in online}
     engines = [v for r in online for _, v in r.engines]
+    tokens_by_host = {r.host.id: tokens for r in online
+                      if (tokens := _total([v for _, v in r.engines],
+                                           "generation_tokens_per_s")) is not None}
     return FleetTotals(
         gpus=sum(len(r.gpus) for r in online), gpus_busy=sum(busy_by_host.values()),
         generation_tokens_per_s=_total(engines, "generation_tokens_per_s"),
         requests_waiting=_total(engines, "requests_waiting"),
         alerts_firing=Alert.objects.filter(state=AlertState.FIRING).count(),
-        busy_by_host=busy_by_host)
+        busy_by_host=busy_by_host, tokens_by_host=tokens_by_host)
 
 
 def _total(values: list[Values], key: str) -> float | None:
@@ -101,5 +105,6 @@ def fleet(request: HttpRequest) -> HttpResponse:
     context = page_context(request, "fleet", ["fleet"], rows=rows,
                            online_count=sum(r.online for r in rows), totals=totals)
     context["page_config"]["totals"] = {"busy_util_pct": BUSY_UTIL_PCT,
-                                        "busy_by_host": totals.busy_by_host}
+                                        "busy_by_host": totals.busy_by_host,
+                                        "tokens_by_host": totals.tokens_by_host}
     return render(request, "web/fleet.html", context)
