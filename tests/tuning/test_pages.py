@@ -80,3 +80,26 @@ def test_the_pages_accept_of_a_report_says_why_not_and_dismiss_works(both):
     assert Suggestion.objects.get(pk=report.pk).state == "open"
     client.post(f"/suggestions/{report.id}/dismiss/")
     assert Suggestion.objects.get(pk=report.pk).state == "dismissed"
+
+
+def test_an_engines_page_lists_its_own_open_suggestions_with_the_actions_allowed(both):
+    mine, report = both
+    deployer = signed_in("deployer")
+    watched = deployer.get(f"/engines/{report.engine_id}/").content.decode()
+    section = re.search(r'<section id="tuning">.*?</section>', watched, re.S).group(0)
+    assert "<code>--max-num-seqs 96</code>" in article(section, report)
+    assert f'id="suggestion-{mine.id}"' not in section  # another engine's
+    assert 'data-action="dismiss"' in section and 'data-action="accept"' not in section
+    own = deployer.get(f"/engines/{mine.engine_id}/").content.decode()
+    assert 'data-action="accept"' in article(own, mine)
+    viewer = signed_in("viewer").get(f"/engines/{report.engine_id}/").content.decode()
+    assert "<code>--max-num-seqs 96</code>" in viewer and "data-action" not in viewer
+
+
+def test_an_engine_without_open_suggestions_says_so(both):
+    _, report = both
+    report.state = "dismissed"
+    report.save()
+    html = signed_in("viewer").get(f"/engines/{report.engine_id}/").content.decode()
+    section = re.search(r'<section id="tuning">.*?</section>', html, re.S).group(0)
+    assert "No open suggestion" in section and "suggestion-" not in section
