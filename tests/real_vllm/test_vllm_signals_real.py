@@ -10,8 +10,7 @@ import pytest
 
 from agents.collectors.vllm import VllmCollector
 from tests.real_vllm.engine import RealVllm, post_json
-from tests.real_vllm.sim import SimVllm, families
-from tests.real_vllm.test_engine_serves import LABELS_ONLY_SIM, ONLY_REAL
+from tests.real_vllm.sim import SimVllm, assert_same_families, families
 
 pytestmark = pytest.mark.real_vllm
 
@@ -67,10 +66,4 @@ def test_the_simulation_with_the_same_flags_prints_the_same_families(spec_lora_v
         sim.stop()
     real = families(spec_lora_vllm.metrics())
     assert {"vllm:spec_decode_num_draft_tokens", "vllm:lora_requests_info"} <= real.keys()
-    assert sorted(real.keys() - simulated.keys()) == sorted(ONLY_REAL)
-    assert sorted(simulated.keys() - real.keys()) == []
-    for name in real.keys() & simulated.keys():
-        (real_type, real_labels), (sim_type, sim_labels) = real[name], simulated[name]
-        assert sim_type == real_type, name
-        extra, _why = LABELS_ONLY_SIM.get(name, (set(), ""))
-        assert (sim_labels - real_labels, real_labels - sim_labels) == (extra, set()), name
+    assert_same_families(real, simulated)
