@@ -14,9 +14,15 @@ from tests.support.asgi import AsgiClient
 
 
 @pytest.fixture
-def ingest(empty_samples):
+def ingest(empty_samples, monkeypatch):
+    """Writes each request at once (flush_ms 0): a test posts one batch after another, and
+    each would otherwise wait out the group commit's 100 ms for companions that never come.
+    The group commit itself is tested on the writer (test_ingest_writer_schedule.py)."""
+    from django.conf import settings
+
     from controlplane.telemetry.ingest.app import IngestApp
 
+    monkeypatch.setitem(settings.PITWALL, "INGEST_FLUSH_MS", 0)
     client = AsgiClient(IngestApp())
     yield client
     client.close()
