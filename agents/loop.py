@@ -97,6 +97,7 @@ class Sampler:
             entries.extend(found or ())
             pids = self._find_pids(engine) if names else []
             if pids:
+                self._note_commands(engine)
                 # The processes behind one URL serve all its engines; with several (data
                 # parallel) they are booked under the first name.
                 engine_pids[names[0]] = pids
@@ -133,6 +134,16 @@ class Sampler:
         if procs is None or port is None:
             return []
         return self._call("processes", lambda: procs.find_engine_pids(port)) or []
+
+    def _note_commands(self, engine: Any) -> None:
+        """Hand the engine's collector the command lines of the processes on its port: the
+        flags a server the agent does not run was started with (each process read once)."""
+        procs, port = self.sources.processes, getattr(engine, "port", None)
+        if not hasattr(procs, "listener_commands") or not hasattr(engine, "note_commands"):
+            return
+        commands = self._call("process commands", lambda: procs.listener_commands(port))
+        if commands:
+            engine.note_commands(commands)
 
     def _link(self, names: list[str], pids: list[int],
               gpu_mem: dict[int, dict[str, int]]) -> None:

@@ -43,6 +43,9 @@ class ProcessCollector:
         self._cpu_nodes = numa.node_map(sys_root, self._ps.cpu_count() or 0)
         self._tracked: dict[int, _Tracked] = {}
         self._found: dict[int, _Found] = {}
+        # A process's command line, read once: psutil.Process compares pid and start time, so
+        # a reused pid is read anew. None: it could not be read (and is not asked again).
+        self._cmdlines: dict[Any, list[str] | None] = {}
 
     # -- which pids -------------------------------------------------------------------------
 
@@ -68,6 +71,31 @@ class ProcessCollector:
             found.members = {pid: p for pid, p in found.members.items() if self._alive(p)}
         self._found[port] = found
         return sorted(found.members)
+
+    def listener_commands(self, port: int) -> dict[int, list[str]]:
+        """pid -> command line of each process listening on this port, as the last
+        find_engine_pids(port) found them; those that cannot be read are left out."""
+        found = self._found.get(port)
+        listeners = found.listeners if found is not None else []
+        live = {proc for found in self._found.values() for proc in found.listeners}
+        for proc in self._cmdlines.keys() - live:
+            del self._cmdlines[proc]
+        commands = {}
+        for proc in listeners:
+            if proc not in self._cmdlines:
+                self._cmdlines[proc] = self._cmdline(proc)
+            if self._cmdlines[proc]:
+                commands[proc.pid] = self._cmdlines[proc]
+        return commands
+
+    def _cmdline(self, proc: Any) -> list[str] | None:
+        try:
+            return [str(token) for token in proc.cmdline()]
+        except self._ps.NoSuchProcess:  # gone (or a zombie): the next listener is read anew
+            return None
+        except self._ps.AccessDenied as exc:  # hardened /proc (hidepid): its flags stay unknown
+            self._warn.fail(f"pid {proc.pid}", f"cannot read its command line: {exc!r}")
+            return None
 
     def _listeners(self, port: int) -> list[Any]:
         try:

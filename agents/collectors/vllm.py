@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
+from agents.collectors.vllm_cmdline import first_server, read_args
 from agents.collectors.vllm_names import DEFAULT_ENGINE, GAUGE_KEYS
 from agents.collectors.vllm_parse import EngineReadings, Memo, VllmMetricsError, parse_metrics
 from agents.collectors.vllm_rates import interval_values
@@ -39,6 +40,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _SCRAPE_ERRORS = (OSError, http.client.HTTPException, VllmMetricsError, ValueError, LookupError)
 _CATALOG = wire_keys("engine")
 SIMULATED_OWNER = "pitwall-sim"  # /v1/models "owned_by" of agents/sim/vllm_server.py
+_MAX_VERSION_CHARS = 64  # "0.11.0+cu128.dev123": anything longer is not a version
 
 
 def http_get(url: str, timeout: float) -> str:
@@ -81,12 +83,16 @@ def _gauge(key: str, value: float) -> float:
 class VllmCollector:
     def __init__(self, url: str, *, timeout: float = 0.8, warn: Warn = stderr_warn,
                  fetch: Fetch | None = None, models_fetch: Fetch | None = None,
+                 version_fetch: Fetch | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.url = url
         self.port = _port(url)  # process discovery matches the vLLM process by its port
         self.timeout = timeout
         self._fetch = fetch or http_get
         self._models_fetch = models_fetch or http_get
+        # A caller that fakes /v1/models (a test) fakes /version too, or it is not asked: a
+        # real request to the faked server's port could reach whatever listens there.
+        self._version_fetch = version_fetch or (http_get if models_fetch is None else None)
         self._clock = clock
         self._warn = WarnOnce(warn)
         self._source = f"vllm {url}"
@@ -95,6 +101,10 @@ class VllmCollector:
         self._prev_time: float | None = None
         self._memo: Memo = {}  # the last page's parsed blocks, reused while they repeat
         self.simulated: bool | None = None  # None until the server has said what it is
+        self.version: str | None = None  # GET /version's answer; None: unasked or no answer
+        self._version_due = True  # asked once per server process (again after a restart)
+        self._server: tuple[int, list[str]] | None = None  # the API server's pid and argv
+        self._args: tuple[tuple[Any, ...], dict[str, Any]] | None = None  # (key, args read)
 
     def _identify(self) -> None:
         """Ask the server once what it is: Pitwall's simulated vLLM says so in /v1/models.
@@ -110,6 +120,45 @@ class VllmCollector:
             self.simulated = SIMULATED_OWNER in {m.get("owned_by") for m in models["data"]}
         except (*_SCRAPE_ERRORS, AttributeError, TypeError, KeyError):
             pass
+
+    def _ask_version(self) -> None:
+        """vLLM's API server answers GET /version with {"version": "0.x.y"}; asked once per
+        server process, with the scrape's timeout. No answer: the version stays unknown."""
+        self._version_due, self.version = False, None
+        if self._version_fetch is None:
+            return
+        parts = urlsplit(self.url)
+        try:
+            reply = json.loads(self._version_fetch(
+                f"{parts.scheme}://{parts.netloc}/version", self.timeout))
+            version = reply["version"]
+        except (*_SCRAPE_ERRORS, AttributeError, TypeError, KeyError):
+            return
+        if isinstance(version, str) and 0 < len(version.strip()) <= _MAX_VERSION_CHARS:
+            self.version = version.strip()
+
+    def note_commands(self, commands: dict[int, list[str]]) -> None:
+        """The command lines of the processes listening on this server's port (pid -> argv,
+        agents/collectors/process.py reads each once): the first that starts a vLLM API server
+        gives the flags in effect. A new process (a restart) is asked its version again at the
+        next good scrape; the old answer stands until then, so a restart alone changes
+        nothing in the inventory."""
+        server = first_server(commands)
+        if server is None:
+            return  # not readable, or not vLLM as Pitwall knows it: keep what was read before
+        if self._server is not None and server[0] != self._server[0]:
+            self._version_due = True
+        self._server = server
+
+    def flags(self) -> dict[str, Any]:
+        """The catalog flags of the server's command line, read as its version spells them;
+        read again only when the command line or the version changes."""
+        if self._server is None:
+            return {}
+        key = (tuple(self._server[1]), self.version)
+        if self._args is None or self._args[0] != key:
+            self._args = (key, read_args(self._server[1], self.version) or {})
+        return self._args[1]
 
     def engine_name(self, engine: str) -> str:
         return f"vllm:{self.port}/{engine}"
@@ -133,6 +182,8 @@ class VllmCollector:
         self._latest = engines
         if self.simulated is None:
             self._identify()
+        if self._version_due:
+            self._ask_version()
         return self._samples(engines, now)
 
     def _samples(self, engines: dict[str, EngineReadings], now: float) -> list[dict[str, Any]]:
@@ -159,8 +210,19 @@ class VllmCollector:
                 "name": self.engine_name(engine),
                 "url": self.url,
                 "model": readings.model if readings else None,
-                "config": dict(readings.config) if readings else {},
+                "config": self._config(readings),
                 "engine_index": int(engine) if engine.isdigit() else None,
                 "simulated": bool(self.simulated),
             })
         return entries
+
+    def _config(self, readings: EngineReadings | None) -> dict[str, Any]:
+        """cache_config_info's labels as vLLM prints them, plus what the agent learned of the
+        server: "args" (the flags it runs with) and "vllm_version", each only when known."""
+        config = dict(readings.config) if readings else {}
+        flags = self.flags()
+        if flags:
+            config["args"] = dict(flags)
+        if self.version:
+            config["vllm_version"] = self.version
+        return config

@@ -6,7 +6,8 @@ Each data-parallel rank is an EngineModel driven by real time: every scrape, com
 /sim/state call first advances the engines to the clock, and a ticker thread does so between.
 POST /v1/completions joins the simulated queue and answers when the engine has generated its
 tokens. /metrics is exactly vLLM's; the simulation says what it is only on /v1/models
-(``owned_by: pitwall-sim``) and on GET /sim/state, which the simulated GPUs read.
+(``owned_by: pitwall-sim``) and on GET /sim/state, which the simulated GPUs read. GET /version
+answers as vLLM's does, with the release it imitates (VLLM_VERSION).
 
 It takes ``vllm serve``'s flags: those it models change the simulation, every other one is
 accepted and named once on stderr as ignored, so the agent's supervisor can start it with the
@@ -48,6 +49,8 @@ from agents.sim.workload import MIXES
 
 # The engines advance on every scrape and completion anyway; the ticker only bounds how much
 # simulated time one call may have to catch up on, and how late a completion is answered.
+# The release whose /metrics this imitates (vllm_exposition.py); GET /version answers it.
+VLLM_VERSION = "0.33.0"
 TICK_IDLE_S = 0.25
 TICK_BUSY_S = 0.02  # while an HTTP completion waits
 _WORDS = ("the", "pit", "wall", "calls", "a", "stop", "on", "lap", "forty", "two")
@@ -376,6 +379,8 @@ class Handler(BaseHTTPRequestHandler):
                                     self.headers.get("Accept-Encoding", ""))
         if path == "/v1/models":
             return 200, _json(sim.models()), {}
+        if path == "/version":
+            return 200, _json({"version": VLLM_VERSION}), {}
         try:
             request = json.loads(raw or b"{}")
         except ValueError:
@@ -386,7 +391,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 _ROUTES = {("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"),
-           ("POST", "/v1/completions")}
+           ("GET", "/version"), ("POST", "/v1/completions")}
 _PATHS = {path for _, path in _ROUTES} | {"/sim/state"}
 
 
