@@ -43,6 +43,20 @@ def test_it_shows_the_config_in_effect_as_a_table(operator_client, page_fleet):
     assert 'data-config-key="gpu_memory_utilization"' in html
 
 
+def test_the_flags_read_from_the_servers_command_line_are_rows_of_their_own(
+        operator_client, page_fleet):
+    engine = page_fleet.engine
+    engine.config = {**engine.config, "vllm_version": "0.33.0",
+                     "args": {"max_num_batched_tokens": 4096, "enforce_eager": True}}
+    engine.save()
+    html = operator_client.get(engine_path(engine)).content.decode()
+    row = re.search(r'<div data-config-key="args.max_num_batched_tokens">.*?</div>', html,
+                    re.S).group(0)
+    assert '<code class="v">4096</code>' in row
+    assert 'data-config-key="args.enforce_eager"' in html
+    assert 'data-config-key="args"' not in html and 'data-config-key="vllm_version"' in html
+
+
 def test_it_shows_the_current_figures(operator_client, latest_samples):
     html = operator_client.get(engine_path(latest_samples.engine)).content.decode()
     assert 'data-field="requests_waiting" data-fmt="num">3<' in html

@@ -16,8 +16,14 @@ from controlplane.web.views.suggestions import annotated
 
 
 def config_rows(config: dict) -> list[tuple[str, object]]:
-    """The engine's config as sorted (name, value) rows; nested values shown as they are."""
-    return sorted(config.items()) if isinstance(config, dict) else []
+    """The engine's config as sorted (name, value) rows: the flags the agent read from the
+    server's command line (``args``) as ``args.<name>`` rows; other nested values as they are."""
+    if not isinstance(config, dict):
+        return []
+    rows = [(k, v) for k, v in config.items() if not (k == "args" and isinstance(v, dict))]
+    if isinstance(config.get("args"), dict):
+        rows += [(f"args.{name}", value) for name, value in config["args"].items()]
+    return sorted(rows, key=lambda row: str(row[0]))
 
 
 def open_suggestions(request: HttpRequest, engine: Engine) -> list | None:
