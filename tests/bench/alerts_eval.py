@@ -134,13 +134,30 @@ def load_samples(end: datetime, step_s: int, minutes: int, quiet: bool = False) 
     return out
 
 
+# The catalog's metrics added since §7 and §17.4 measured this workload (issue 19): the
+# generated rules leave them out, so the same seed draws the same rules and a figure compares
+# with the earlier ones; the default pack, the product's own, is loaded as it is.
+ADDED_SINCE_BASELINE = frozenset({
+    "gpu.energy_j", "gpu.nvlink_tx_bps", "gpu.nvlink_rx_bps", "gpu.nvlink_errors_total",
+    "gpu.ecc_sbe_total", "gpu.remapped_rows_correctable", "gpu.remapped_rows_uncorrectable",
+    "gpu.remapped_rows_pending", "gpu.remapped_rows_failed", "gpu.pcie_replays_total",
+    "gpu.lost", "engine.requests_waiting_capacity", "engine.requests_waiting_deferred",
+    "engine.finished_stop_per_s", "engine.finished_length_per_s", "engine.finished_abort_per_s",
+    "engine.finished_error_per_s", "engine.spec_draft_tokens_per_s",
+    "engine.spec_accepted_tokens_per_s", "engine.spec_acceptance_rate", "engine.lora_running",
+    "engine.lora_waiting", "engine.iteration_tokens", "engine.prompt_length_tokens",
+    "engine.generation_length_tokens", "engine.prefill_kv_computed_tokens",
+})
+
+
 def threshold_rules(n: int, seed: int = 4, quiet: bool = False) -> list:
     from agents.protocol import CATALOG
     from controlplane.alerts.models import AlertRule
 
     rng = random.Random(seed)
-    metrics = [m for m in CATALOG if not m.array and m.name not in (
-        "engine.itl_seconds", "engine.e2e_seconds", "engine.queue_seconds")]
+    metrics = [m for m in CATALOG if not m.array and m.name not in ADDED_SINCE_BASELINE
+               and m.name not in ("engine.itl_seconds", "engine.e2e_seconds",
+                                  "engine.queue_seconds")]
     rules = []
     for i in range(n):
         metric = rng.choice(metrics)
