@@ -10,12 +10,8 @@ from __future__ import annotations
 import math
 
 from controlplane.alerts.models import AlertRule, RuleKind
+from controlplane.telemetry.objectives import OBJECTIVES
 
-# objective name -> (its histogram metric, the setting holding its objective in ms)
-OBJECTIVES = {
-    "ttft": ("engine.ttft_seconds", "ALERT_TTFT_P99_OBJECTIVE_MS"),
-    "itl": ("engine.itl_seconds", "TUNING_ITL_P99_OBJECTIVE_MS"),
-}
 MAX_OBJECTIVE_MS = 600_000  # ten minutes: anything longer is a typo
 MAX_OBSERVATIONS = 10**9
 # kind -> the params keys it reads (the kinds not listed keep their free-form params)

@@ -28,14 +28,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from django.conf import settings
 
 from agents.protocol import Metric
-from controlplane.alerts.kind_params import OBJECTIVES
 from controlplane.alerts.models import AlertRule, RuleKind
 from controlplane.alerts.queries import PY_OP, Cycle, Hit
 from controlplane.alerts.windows.aggregate import histogram_sums
 from controlplane.alerts.windows.needs import Needs
+from controlplane.telemetry import objectives
+from controlplane.telemetry.objectives import burn_rate
 from controlplane.telemetry.series import find_metric
 from controlplane.telemetry.series.histograms import histogram_fraction
 
@@ -43,18 +43,18 @@ KINDS = (RuleKind.OBJECTIVE_ATTAINMENT, RuleKind.ERROR_BUDGET_BURN)
 
 
 def objective_metric(rule: AlertRule) -> Metric:
-    return find_metric(OBJECTIVES[rule.params["objective"]][0])
+    return find_metric(objectives.OBJECTIVES[rule.params["objective"]][0])
 
 
 def objective_s(rule: AlertRule) -> float:
-    name = rule.params["objective"]
     ms = rule.params.get("objective_ms")
-    return float(ms if ms is not None else settings.PITWALL[OBJECTIVES[name][1]]) / 1000
+    return float(ms) / 1000 if ms is not None else objectives.objective_s(
+        rule.params["objective"])
 
 
 def target(rule: AlertRule) -> float:
     value = rule.params.get("target")
-    return float(value if value is not None else settings.PITWALL["OBJECTIVE_TARGET"])
+    return float(value) if value is not None else objectives.target()
 
 
 def add_needs(needs: Needs, rule: AlertRule) -> None:
@@ -81,11 +81,6 @@ def attainment(rule: AlertRule, cycle: Cycle, window_s: int,
     return out
 
 
-def burn(share: float, target_share: float) -> float:
-    """The error budget's burn rate at this attainment."""
-    return (1.0 - share) / (1.0 - target_share)
-
-
 def objective_attainment(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """Engines whose attainment over the window op threshold (e.g. < 0.99)."""
     shares = attainment(rule, cycle, rule.window_s, _least(rule))
@@ -96,14 +91,14 @@ def error_budget_burn(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """Engines whose burn rate over the window, and over params.short_window_s when given,
     op threshold (e.g. > 14.4). value: the burn over the (long) window."""
     goal = target(rule)
-    long = {e: burn(s, goal)
+    long = {e: burn_rate(s, goal)
             for e, s in attainment(rule, cycle, rule.window_s, _least(rule)).items()}
     held = {e: b for e, b in long.items() if PY_OP[rule.op](b, rule.threshold)}
     short_s = rule.params.get("short_window_s")
     if short_s and held:
         short = attainment(rule, cycle, int(short_s))
         held = {e: b for e, b in held.items()
-                if e in short and PY_OP[rule.op](burn(short[e], goal), rule.threshold)}
+                if e in short and PY_OP[rule.op](burn_rate(short[e], goal), rule.threshold)}
     return _hits(cycle, held)
 
 

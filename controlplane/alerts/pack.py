@@ -11,10 +11,11 @@ from django.db import transaction
 
 from agents import nvml_bits
 from controlplane.alerts.models import AlertRule, Op, RuleKind, Severity
+from controlplane.telemetry.objectives import objective_s
 
 
 def pack() -> list[dict]:
-    ttft_s = settings.PITWALL["ALERT_TTFT_P99_OBJECTIVE_MS"] / 1000
+    ttft_s = objective_s("ttft")
     offline_s = 2 * settings.PITWALL["ONLINE_WINDOW_S"]
     stall_s = settings.PITWALL["ENGINE_STALL_S"]
     return [

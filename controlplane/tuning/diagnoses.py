@@ -24,6 +24,7 @@ from django.conf import settings
 from agents import vllm_args
 from controlplane.fleet.deployments import world_size
 from controlplane.fleet.models import Deployment
+from controlplane.telemetry.objectives import objective_s
 from controlplane.tuning.facts import Facts
 from controlplane.tuning.models import Kind
 
@@ -268,8 +269,7 @@ def concurrency_cap(facts: Facts) -> Finding | None:
 
 
 def _objectives() -> tuple[float, float]:
-    conf = settings.PITWALL
-    return conf["ALERT_TTFT_P99_OBJECTIVE_MS"] / 1000, conf["TUNING_ITL_P99_OBJECTIVE_MS"] / 1000
+    return objective_s("ttft"), objective_s("itl")
 
 
 def budget_raise(tokens: int, itl_p99: float, itl_slo: float) -> tuple[int, float] | None:

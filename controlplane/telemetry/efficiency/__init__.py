@@ -39,6 +39,7 @@ from controlplane.telemetry.efficiency.figures import (
 )
 from controlplane.telemetry.efficiency.stretches import plan_stretches
 from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.objectives import OBJECTIVES, objective_s, target
 from controlplane.telemetry.series.errors import SeriesError
 from controlplane.telemetry.series.plan import Stretch
 from controlplane.telemetry.series.timeouts import statement_timeout
@@ -59,7 +60,7 @@ LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
 GENERATION = METRICS["engine.generation_tokens_per_s"]
 POWER_METRIC = METRICS["gpu.power_w"]
-HISTOGRAMS = {"ttft": METRICS["engine.ttft_seconds"], "itl": METRICS["engine.itl_seconds"]}
+HISTOGRAMS = {name: METRICS[metric] for name, (metric, _) in OBJECTIVES.items()}
 # Without a reading of the sampling interval (a single sample), the agent's default.
 DEFAULT_INTERVAL_S = 1.0
 
@@ -134,9 +135,8 @@ def _report(range_name: str, start: datetime, end: datetime, engines: list[Engin
     layouts = {lay for i in inputs.values() for h in i.histograms.values() for lay in h}
     price = float(conf["GPU_HOUR_PRICE"])
     terms = Terms(
-        objective_s={"ttft": conf["ALERT_TTFT_P99_OBJECTIVE_MS"] / 1000,
-                     "itl": conf["TUNING_ITL_P99_OBJECTIVE_MS"] / 1000},
-        target=float(conf["OBJECTIVE_TARGET"]),
+        objective_s={name: objective_s(name) for name in OBJECTIVES},
+        target=target(),
         gpu_hour_price=price if price > 0 else None,
         bounds=dict(HistogramLayout.objects.filter(id__in=layouts).values_list("id", "bounds")))
     rows = [EngineRow(e.id, e.name, e.host_id, e.host.hostname, e.model, gpus[e.id],

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from controlplane.telemetry.objectives import burn_rate
 from controlplane.telemetry.series.histograms import histogram_fraction
 
 # Where an engine's energy came from: its GPUs' total energy counter, or their power draw
 # integrated over the samples.
 ENERGY_COUNTER, POWER, MIXED = "energy_counter", "power", "mixed"
-OBJECTIVES = ("ttft", "itl")
 WINDOWS = ("range", "1h", "30d")  # attainment over the range asked, and the two burn windows
 
 Layouts = dict[int, list[int]]  # layout id -> bucket counts summed
@@ -45,10 +45,14 @@ class Inputs:
         for key, layouts in other.histograms.items():
             mine = self.histograms.setdefault(key, {})
             for lay, counts in layouts.items():
-                have = mine.setdefault(lay, [])
-                have.extend([0] * (len(counts) - len(have)))
-                for i, c in enumerate(counts):
-                    have[i] += c
+                add_counts(mine.setdefault(lay, []), counts)
+
+
+def add_counts(have: list[int], counts: Sequence[int]) -> None:
+    """Add ``counts`` bucket by bucket into ``have``, which grows to fit."""
+    have.extend([0] * (len(counts) - len(have)))
+    for i, c in enumerate(counts):
+        have[i] += c
 
 
 @dataclass(frozen=True)
@@ -135,10 +139,3 @@ def fraction_under(upper: float, layouts: Layouts,
             under, total = under + share * n, total + n
     return under / total if total > 0 else None
 
-
-def burn_rate(attainment: float | None, target: float) -> float | None:
-    """How fast the error budget goes: 1.0 spends exactly the budget (1 - target) over the
-    window, 14.4 over one hour spends 2 % of a 30-day budget."""
-    if attainment is None:
-        return None
-    return (1 - attainment) / (1 - target)

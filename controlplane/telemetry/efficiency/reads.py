@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from agents.protocol import METRICS, Entity, Metric
+from controlplane.telemetry.efficiency.figures import add_counts
 from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
 from controlplane.telemetry.schema import TABLES as RAW
 from controlplane.telemetry.schema import column_for
@@ -168,9 +169,6 @@ def histogram_counts(metrics: list[Metric], ids: list[int], stretches: list[Stre
                 if lay is None:
                     continue
                 part = counts[j * buckets:(j + 1) * buckets]
-                have = out[metric.name][k].setdefault(lay, [])
-                found = [int(c) for c in part if c is not None]
-                have.extend([0] * (len(found) - len(have)))
-                for i, c in enumerate(found):
-                    have[i] += c
+                add_counts(out[metric.name][k].setdefault(lay, []),
+                           [int(c) for c in part if c is not None])
     return {name: dict(per) for name, per in out.items()}
