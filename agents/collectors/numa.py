@@ -26,6 +26,22 @@ def parse_cpulist(text: str) -> list[int]:
     return sorted(cpus)
 
 
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """The cpulist syntax of ``cpus`` ([8, 0, 1, 2, 3, 10, 11] -> "0-3,8,10-11"): what
+    parse_cpulist reads, numactl's --physcpubind and taskset -c take, and pages show."""
+    out: list[str] = []
+    ordered = sorted(set(cpus))
+    start = prev = None
+    for cpu in [*ordered, None]:
+        if cpu is not None and prev is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        if start is not None:
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = cpu
+    return ",".join(out)
+
+
 def cpu_nodes(sys_root: str = "/sys") -> dict[int, list[int]]:
     """Node id -> its CPUs. Empty when the kernel exposes no NUMA nodes (no such directory)."""
     base = Path(sys_root, "devices/system/node")

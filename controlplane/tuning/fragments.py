@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from agents import vllm_args
+from agents.collectors.numa import format_cpulist
 from controlplane.tuning.diagnoses import Finding, assumed
 from controlplane.tuning.facts import Facts
 
@@ -69,18 +70,8 @@ def _binding(facts: Facts, cpus: list[int]) -> list[str]:
     agent does for a deployment: supervisor/launch.py)."""
     node_of = {c: n for n, members in facts.host.node_cpus().items() for c in members}
     nodes = {node_of.get(c) for c in cpus}
-    binding = ["numactl", f"--physcpubind={_ranges(cpus)}"]
+    binding = ["numactl", f"--physcpubind={format_cpulist(cpus)}"]
     if len(nodes) == 1 and None not in nodes:
         binding.append(f"--membind={nodes.pop()}")
     return binding
 
-
-def _ranges(cpus: list[int]) -> str:
-    """``16-23,30``: numactl's and taskset's CPU list."""
-    out: list[str] = []
-    for cpu in sorted(set(cpus)):
-        if out and cpu == int(out[-1].rpartition("-")[2]) + 1:
-            out[-1] = f"{out[-1].partition('-')[0]}-{cpu}"
-        else:
-            out.append(str(cpu))
-    return ",".join(out)

@@ -4,9 +4,10 @@ different nodes (every host-device copy then crosses the socket interconnect).""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from agents.collectors.numa import format_cpulist
 from controlplane.fleet.models import Engine, Gpu, Host
 
 
@@ -33,21 +34,6 @@ class NumaNode:
     procs: list[ProcPlacement] = field(default_factory=list)
 
 
-def cpu_ranges(cpus: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 8, 10, 11] -> "0-3,8,10-11"."""
-    out: list[str] = []
-    ordered = sorted(set(cpus))
-    start = prev = None
-    for cpu in [*ordered, None]:
-        if cpu is not None and prev is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        if start is not None:
-            out.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = cpu
-    return ",".join(out)
-
-
 def placements(procs: Sequence[dict], engines: dict[int, Engine],
                gpus_by_uuid: dict[str, Gpu]) -> list[ProcPlacement]:
     result = []
@@ -56,14 +42,14 @@ def placements(procs: Sequence[dict], engines: dict[int, Engine],
         gpu_nodes = sorted({g.numa_node for u in (engine.gpu_uuids if engine else [])
                             if (g := gpus_by_uuid.get(u)) and g.numa_node is not None})
         result.append(ProcPlacement(
-            pid=proc["pid"], engine=engine, cpus=cpu_ranges(proc.get("cpu_affinity") or []),
+            pid=proc["pid"], engine=engine, cpus=format_cpulist(proc.get("cpu_affinity") or []),
             nodes=sorted(proc.get("numa_nodes") or []), gpu_nodes=gpu_nodes))
     return result
 
 
 def numa_panel(host: Host, gpus: Sequence[Gpu], engines: Sequence[Engine],
                procs: Sequence[dict]) -> list[NumaNode]:
-    nodes = {node: NumaNode(node, cpu_ranges(cpus), len(cpus))
+    nodes = {node: NumaNode(node, format_cpulist(cpus), len(cpus))
              for node, cpus in host.node_cpus().items()}
     for gpu in gpus:
         if gpu.numa_node is not None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from agents.collectors.numa import format_cpulist
 from controlplane.tuning.diagnoses import diagnose, over_provisioned
-from controlplane.tuning.fragments import _ranges, as_report, command
+from controlplane.tuning.fragments import as_report, command
 from tests.tuning.factories import gpus, healthy, host
 
 pytestmark = pytest.mark.django_db
@@ -83,4 +84,4 @@ def test_a_report_with_nothing_to_change_has_no_fragment():
 
 
 def test_cpu_lists_are_written_as_ranges():
-    assert _ranges([3, 1, 2, 7, 9, 10]) == "1-3,7,9-10"
+    assert format_cpulist([3, 1, 2, 7, 9, 10]) == "1-3,7,9-10"

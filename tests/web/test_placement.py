@@ -3,15 +3,16 @@ reasons."""
 
 from __future__ import annotations
 
+from agents.collectors.numa import format_cpulist
 from agents.nvml_bits import decode
 from controlplane.fleet.models import Engine, Gpu
-from controlplane.web.numa import cpu_ranges, placements
+from controlplane.web.numa import placements
 
 
 def test_cpu_lists_read_as_ranges():
-    assert cpu_ranges([8, 0, 1, 2, 3, 10, 11]) == "0-3,8,10-11"
-    assert cpu_ranges([]) == ""
-    assert cpu_ranges([5]) == "5"
+    assert format_cpulist([8, 0, 1, 2, 3, 10, 11]) == "0-3,8,10-11"
+    assert format_cpulist([]) == ""
+    assert format_cpulist([5]) == "5"
 
 
 def test_a_process_whose_gpus_sit_on_another_node_is_cross_numa():
