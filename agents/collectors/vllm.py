@@ -112,14 +112,20 @@ class VllmCollector:
         Only its own word marks an engine simulated; a server that does not answer is taken
         for a real one (it is asked once, not every interval).
         """
-        parts = urlsplit(self.url)
-        self.simulated = False
+        models = self._ask(self._models_fetch, "/v1/models")
         try:
-            models = json.loads(self._models_fetch(
-                f"{parts.scheme}://{parts.netloc}/v1/models", self.timeout))
             self.simulated = SIMULATED_OWNER in {m.get("owned_by") for m in models["data"]}
-        except (*_SCRAPE_ERRORS, AttributeError, TypeError, KeyError):
-            pass
+        except (AttributeError, TypeError, KeyError):
+            self.simulated = False
+
+    def _ask(self, fetch: Fetch, path: str) -> Any:
+        """The server's JSON answer at ``path`` (beside /metrics), with the scrape's timeout;
+        None when it does not answer with JSON."""
+        parts = urlsplit(self.url)
+        try:
+            return json.loads(fetch(f"{parts.scheme}://{parts.netloc}{path}", self.timeout))
+        except (*_SCRAPE_ERRORS, AttributeError, TypeError):
+            return None
 
     def _ask_version(self) -> None:
         """vLLM's API server answers GET /version with {"version": "0.x.y"}; asked once per
@@ -127,13 +133,8 @@ class VllmCollector:
         self._version_due, self.version = False, None
         if self._version_fetch is None:
             return
-        parts = urlsplit(self.url)
-        try:
-            reply = json.loads(self._version_fetch(
-                f"{parts.scheme}://{parts.netloc}/version", self.timeout))
-            version = reply["version"]
-        except (*_SCRAPE_ERRORS, AttributeError, TypeError, KeyError):
-            return
+        reply = self._ask(self._version_fetch, "/version")
+        version = reply.get("version") if isinstance(reply, dict) else None
         if isinstance(version, str) and 0 < len(version.strip()) <= _MAX_VERSION_CHARS:
             self.version = version.strip()
 
