@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.collectors.nvml_values import ALL_LINKS, field_values, need, sum_answered
+from agents.collectors.nvml_values import (
+    ALL_LINKS,
+    INVALID_ARGUMENT,
+    NOT_SUPPORTED,
+    field_values,
+    need,
+    sum_answered,
+)
 
 Values = dict[str, int | float]
 
@@ -20,8 +27,6 @@ COUNTERS: dict[str, tuple[str, int]] = {
     "nvlink_tx_kib": ("nvlink_tx_bps", 1024),
     "nvlink_rx_kib": ("nvlink_rx_bps", 1024),
 }
-_NOT_SUPPORTED = 3
-_INVALID_ARGUMENT = 2
 # nvmlDeviceGetNvLinkErrorCounter's counters that count link errors (not ECC lane counters).
 _LINK_ERRORS = ("NVML_NVLINK_ERROR_DL_CRC_FLIT", "NVML_NVLINK_ERROR_DL_CRC_DATA",
                 "NVML_NVLINK_ERROR_DL_REPLAY", "NVML_NVLINK_ERROR_DL_RECOVERY")
@@ -46,7 +51,7 @@ def _no_links(nvml: Any, answers: dict) -> None:
     """A GPU that reports zero NVLink links has no NVLink metrics, not zeros."""
     count = answers.get(nvml.NVML_FI_DEV_NVLINK_LINK_COUNT)
     if count == 0:
-        raise nvml.NVMLError(_NOT_SUPPORTED)
+        raise nvml.NVMLError(NOT_SUPPORTED)
 
 
 def nvlink_throughput(nvml: Any, handle: Any) -> Values:
@@ -82,7 +87,7 @@ class NvLinkErrorCounters:
                 except nvml.NVMLError_NotSupported:  # e.g. a counter a newer GPU dropped
                     continue
         if not answered:
-            raise nvml.NVMLError(_NOT_SUPPORTED)
+            raise nvml.NVMLError(NOT_SUPPORTED)
         return {"nvlink_errors_total": total}
 
     def _links_of(self, nvml: Any, handle: Any) -> list[int]:
@@ -94,7 +99,7 @@ class NvLinkErrorCounters:
             try:
                 nvml.nvmlDeviceGetNvLinkState(handle, link)
             except nvml.NVMLError as exc:
-                if getattr(exc, "value", None) == _INVALID_ARGUMENT:
+                if getattr(exc, "value", None) == INVALID_ARGUMENT:
                     continue  # a link number this GPU does not have
                 raise  # not supported (no NVLink at all), lost, ...
             links.append(link)

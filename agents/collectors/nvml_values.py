@@ -20,9 +20,10 @@ Answer = int | float | Exception
 
 # valueType -> the member of the value union that holds it (nvml.h nvmlValueType_t).
 _MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+# nvmlReturn_t codes (nvml.h), for field answers and for the errors the readers raise.
 _SUCCESS = 0
-_INVALID_ARGUMENT = 2
-_NOT_SUPPORTED = 3
+INVALID_ARGUMENT = 2
+NOT_SUPPORTED = 3
 _GPU_IS_LOST = 15
 
 
@@ -34,7 +35,7 @@ def field_values(nvml: Any, handle: Any, ids: Iterable[FieldId]) -> dict[FieldId
         code = int(value.nvmlReturn)
         if code == _GPU_IS_LOST:
             raise nvml.NVMLError(code)
-        code = _NOT_SUPPORTED if code == _INVALID_ARGUMENT else code
+        code = NOT_SUPPORTED if code == INVALID_ARGUMENT else code
         answers[key] = nvml.NVMLError(code) if code != _SUCCESS else _number(value)
     return answers
 
