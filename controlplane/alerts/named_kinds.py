@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from agents.protocol import METRICS
 from agents.vllm_args import serve_default
 from controlplane.alerts import objectives
 from controlplane.alerts.models import AlertRule, RuleKind
@@ -46,9 +45,8 @@ READS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                               ("engine", "requests_waiting", ("min",)),
                               ("engine", "generation_tokens_per_s", ("max",)),
                               ("engine", "requests_finished_per_s", ("max",))),
-    # gpu.lost: NVML answers for the GPU with "GPU is lost" (it fell off the bus); read only
-    # once the catalog has it
-    RuleKind.GPU_LOST: (("gpu", "lost", ("last",)),) if "gpu.lost" in METRICS else (),
+    # gpu.lost: NVML answers for the GPU with "GPU is lost" (it fell off the bus)
+    RuleKind.GPU_LOST: (("gpu", "lost", ("last",)),),
 }
 
 
@@ -103,13 +101,8 @@ def kv_pressure(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     view, j0 = cycle.views["engine"], cycle.column("engine", rule.window_s)
     kv, waiting = average(view, "kv_cache_usage", j0), average(view, "requests_waiting", j0)
     above = float(rule.params.get("waiting_above", 0))
-    hits = []
-    for u in np.flatnonzero(in_window(view, j0)):
-        if _holds(kv[u], rule) and waiting[u] > above:
-            hit = cycle.hit("engine", int(view.keys[u]), float(kv[u]))
-            if hit is not None:
-                hits.append(hit)
-    return hits
+    return cycle.hits("engine", {int(view.keys[u]): kv[u] for u in np.flatnonzero(
+        in_window(view, j0)) if _holds(kv[u], rule) and waiting[u] > above})
 
 
 def _holds(value: float, rule: AlertRule) -> bool:
@@ -161,13 +154,8 @@ def cpu_bound_engine(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     busiest = _busiest_process(cycle, rule.window_s)
     util = _engine_gpu_util(cycle, rule.window_s)
     below = float(rule.params.get("gpu_util_below", 85))
-    hits = []
-    for engine_id, cpu in sorted(busiest.items()):
-        if _holds(cpu, rule) and util.get(engine_id, np.nan) < below:
-            hit = cycle.hit("engine", engine_id, cpu)
-            if hit is not None:
-                hits.append(hit)
-    return hits
+    return cycle.hits("engine", {engine_id: cpu for engine_id, cpu in busiest.items()
+                                 if _holds(cpu, rule) and util.get(engine_id, np.nan) < below})
 
 
 def _busiest_process(cycle: Cycle, window_s: int) -> dict[int, float]:
@@ -227,13 +215,8 @@ def engine_stalled(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     progress = np.fmax(extreme(view, "generation_tokens_per_s", "max", j0),
                        extreme(view, "requests_finished_per_s", "max", j0))
     stalled = covered & (up == 1) & (in_flight > 0) & (progress == 0)
-    hits = []
-    for u in np.flatnonzero(stalled):
-        if _holds(in_flight[u], rule):
-            hit = cycle.hit("engine", int(view.keys[u]), float(in_flight[u]))
-            if hit is not None:
-                hits.append(hit)
-    return hits
+    return cycle.hits("engine", {int(view.keys[u]): in_flight[u]
+                                 for u in np.flatnonzero(stalled) if _holds(in_flight[u], rule)})
 
 
 # gpu_lost's values: what says the GPU is lost
@@ -262,14 +245,11 @@ def gpu_lost(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     "GPU is lost": value 1). Fires regardless of op and threshold, as engine_down does."""
     lost = {gpu_id: Hit(f"gpu:{gpu_id}", host_id, None, gpu_id, LOST_FROM_INVENTORY)
             for gpu_id, host_id in fetch(*absent_gpus_sql(rule, cycle.now))}
-    if READS[RuleKind.GPU_LOST]:
-        view = cycle.views["gpu"]
-        flags = newest_present(view, "lost", cycle.column("gpu", rule.window_s))
-        for u in np.flatnonzero(flags == 1):
-            gpu_id = int(view.keys[u])
-            hit = cycle.hit("gpu", gpu_id, LOST_BY_NVML)
-            if hit is not None and gpu_id not in lost:
-                lost[gpu_id] = hit
+    view = cycle.views["gpu"]
+    flags = newest_present(view, "lost", cycle.column("gpu", rule.window_s))
+    by_nvml = cycle.hits("gpu", {int(view.keys[u]): LOST_BY_NVML
+                                 for u in np.flatnonzero(flags == 1)})
+    lost.update((hit.gpu_id, hit) for hit in by_nvml if hit.gpu_id not in lost)
     return [lost[k] for k in sorted(lost)]
 
 

@@ -25,8 +25,6 @@ An engine without observations in a window has no attainment: no traffic burns n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
 from agents.protocol import Metric
@@ -84,7 +82,8 @@ def attainment(rule: AlertRule, cycle: Cycle, window_s: int,
 def objective_attainment(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """Engines whose attainment over the window op threshold (e.g. < 0.99)."""
     shares = attainment(rule, cycle, rule.window_s, _least(rule))
-    return _hits(cycle, {e: s for e, s in shares.items() if PY_OP[rule.op](s, rule.threshold)})
+    return cycle.hits("engine",
+                      {e: s for e, s in shares.items() if PY_OP[rule.op](s, rule.threshold)})
 
 
 def error_budget_burn(rule: AlertRule, cycle: Cycle) -> list[Hit]:
@@ -99,7 +98,7 @@ def error_budget_burn(rule: AlertRule, cycle: Cycle) -> list[Hit]:
         short = attainment(rule, cycle, int(short_s))
         held = {e: b for e, b in held.items()
                 if e in short and PY_OP[rule.op](burn_rate(short[e], goal), rule.threshold)}
-    return _hits(cycle, held)
+    return cycle.hits("engine", held)
 
 
 def _least(rule: AlertRule) -> int:
@@ -107,11 +106,3 @@ def _least(rule: AlertRule) -> int:
     only confirms the burn goes on)."""
     return max(int(rule.params.get("min_observations") or 0), 1)
 
-
-def _hits(cycle: Cycle, values: Mapping[int, float]) -> list[Hit]:
-    hits = []
-    for engine_id, value in sorted(values.items()):
-        hit = cycle.hit("engine", engine_id, value)
-        if hit is not None:
-            hits.append(hit)
-    return hits

@@ -14,7 +14,7 @@ in the window (they have no fleet table), each with the engine it served last.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -115,6 +115,11 @@ class Cycle:
             return None if host is None else Hit(f"engine:{key}", host, key, None, value)
         host, pid = key >> 32, key & 0xFFFFFFFF
         return Hit(f"proc:{host}:{pid}", host, engine if engine >= 0 else None, None, value)
+
+    def hits(self, entity: Entity, values: Mapping[int, float]) -> list[Hit]:
+        """The Hits of these targets (key -> value) in key order, those the fleet still has."""
+        found = (self.hit(entity, key, value) for key, value in sorted(values.items()))
+        return [hit for hit in found if hit is not None]
 
 
 def holding(values: np.ndarray, op: str, threshold: float) -> np.ndarray:
