@@ -38,8 +38,7 @@ class FleetRow:
 
     @property
     def waiting(self) -> float | None:
-        waits = [v["requests_waiting"] for _, v in self.engines if "requests_waiting" in v]
-        return sum(waits) if waits else None
+        return _total([v for _, v in self.engines], "requests_waiting")
 
 
 # A GPU counts as busy in the totals at this utilisation or more (NVML's share of time a kernel
