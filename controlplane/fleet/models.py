@@ -153,6 +153,13 @@ class ApiToken(BearerToken):
         return f"api token {self.lookup} for {self.user_id}"
 
 
+def engine_port(engine_name: str) -> int | None:
+    """The port in an engine's name (``vllm:8000/0``), as the agent's vLLM collector names it
+    (and ``Deployment.engine_name`` spells it); None for a name of another shape."""
+    port = engine_name[5:].partition("/")[0] if engine_name.startswith("vllm:") else ""
+    return int(port) if port.isdigit() else None
+
+
 class DeploymentState(models.TextChoices):
     """What the host's agent reports of a deployment's process (agents/supervisor)."""
 

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 
 from controlplane.alerts.windows.sql import bucket_sums, max_buckets
-from controlplane.fleet.models import Deployment, Engine, Gpu, Host
+from controlplane.fleet.models import Deployment, Engine, Gpu, Host, engine_port
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.packing.read import source as packed_source
 from controlplane.telemetry.rollups.refresh import floor
@@ -107,13 +107,6 @@ class Facts:
         return max(self.proc_cpu.values()) if self.proc_cpu else None
 
 
-def port_of(engine_name: str) -> int | None:
-    """The port in an engine's name (``vllm:8000/0``), as the agent's vLLM collector names
-    it."""
-    port = engine_name[5:].partition("/")[0] if engine_name.startswith("vllm:") else ""
-    return int(port) if port.isdigit() else None
-
-
 @dataclass
 class Inventory:
     """The hosts, GPUs and engines of some hosts: read once per pass, shared by its
@@ -134,7 +127,7 @@ class Inventory:
         for engine in Engine.objects.filter(host_id__in=hosts, name__startswith="vllm:").only(
                 "id", "host_id", "name", "config", "gpu_uuids", "present", "first_seen",
                 "model").order_by("name"):
-            if (port := port_of(engine.name)) is not None:
+            if (port := engine_port(engine.name)) is not None:
                 engines[(engine.host_id, port)].append(engine)
         return cls(hosts, gpus, engines)
 

@@ -26,10 +26,10 @@ from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
 from controlplane.fleet import deployments as desired
-from controlplane.fleet.models import Deployment, DeploymentState, Engine
+from controlplane.fleet.models import Deployment, DeploymentState, Engine, engine_port
 from controlplane.tuning import verify
 from controlplane.tuning.diagnoses import Finding, diagnose, over_provisioned
-from controlplane.tuning.facts import Facts, Inventory, Server, gather, minute, port_of
+from controlplane.tuning.facts import Facts, Inventory, Server, gather, minute
 from controlplane.tuning.fragments import as_report
 from controlplane.tuning.metrics import PASS_SECONDS
 from controlplane.tuning.models import DECIDED, Kind, State, Suggestion
@@ -104,7 +104,7 @@ def _watched_hosts(taken: set[tuple[int, int]]) -> set[int]:
     """Hosts with a present vLLM engine at a port no deployment has."""
     return {host for host, name in Engine.objects.filter(
         present=True, name__startswith="vllm:").values_list("host_id", "name")
-        if (port := port_of(name)) is not None and (host, port) not in taken}
+        if (port := engine_port(name)) is not None and (host, port) not in taken}
 
 
 def _foreign(fleet: Inventory, taken: set[tuple[int, int]]) -> list[tuple[Server, Engine]]:
