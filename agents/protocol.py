@@ -155,7 +155,8 @@ CATALOG: tuple[Metric, ...] = (
     _histogram("engine.itl_seconds", "Inter-token latency"),
     _histogram("engine.e2e_seconds", "End-to-end request latency"),
     _histogram("engine.queue_seconds", "Time spent waiting in the queue"),
-    # engine: the signals of issue 19 (vLLM); each absent where the release or config lacks it
+    # engine: what vLLM reports beyond load and latency; each absent where the release or its
+    # flags lack it (no speculative decoding, no LoRA, an older vLLM)
     Metric("engine.requests_waiting_capacity", "count", "gauge",
            "Requests waiting for scheduling capacity (vLLM 0.20+)", low=0),
     Metric("engine.requests_waiting_deferred", "count", "gauge",

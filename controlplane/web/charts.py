@@ -118,8 +118,8 @@ def engine_charts(engine: Engine) -> list[Chart]:
 
 
 def _engine_signal_charts(e: str) -> list[Chart]:
-    """Issue 19's vLLM signals, a chart per group. Each stays empty ("No data") on an engine
-    whose release or flags lack it (no speculative decoding, no LoRA)."""
+    """The vLLM signals beyond load and latency, a chart per group. Each stays empty ("No
+    data") on an engine whose release or flags lack it (no speculative decoding, no LoRA)."""
     return [
         Chart("finished-reasons", "Requests finished, by reason",
               _one(e, *((f"engine.finished_{r}_per_s", r)
