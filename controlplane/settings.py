@@ -125,6 +125,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker (Redis) outage of any length: the worker and beat keep reconnecting instead of
+# exiting after Celery's default 100 attempts (RELIABILITY.md, Redis down).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_TIMEZONE = "UTC"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -255,6 +258,17 @@ PITWALL = {
     # (BENCHMARKS.md §1).
     "INGEST_FLUSH_ROWS": envint("PITWALL_INGEST_FLUSH_ROWS", 4000, minimum=1),
     "INGEST_FLUSH_MS": envint("PITWALL_INGEST_FLUSH_MS", 100, minimum=0),
+    # Ingest under faults (docs/reliability.md, RELIABILITY.md): a flush that has not committed
+    # after INGEST_FLUSH_TIMEOUT_S is abandoned (its connection dropped, its batches answered
+    # 503: a stalled PostgreSQL must not hold requests forever); past INGEST_MAX_QUEUED_ROWS
+    # rows waiting for the writer, or INGEST_MAX_REQUESTS_IN_FLIGHT requests being handled,
+    # new requests are shed at once with 503 and Retry-After: INGEST_RETRY_AFTER_S (agents add
+    # jitter), before memory grows with the backlog.
+    "INGEST_FLUSH_TIMEOUT_S": envint("PITWALL_INGEST_FLUSH_TIMEOUT_S", 10, minimum=1),
+    "INGEST_MAX_QUEUED_ROWS": envint("PITWALL_INGEST_MAX_QUEUED_ROWS", 40_000, minimum=100),
+    "INGEST_MAX_REQUESTS_IN_FLIGHT": envint("PITWALL_INGEST_MAX_REQUESTS_IN_FLIGHT", 256,
+                                            minimum=1),
+    "INGEST_RETRY_AFTER_S": envint("PITWALL_INGEST_RETRY_AFTER_S", 5, minimum=1),
     # A host, GPU or engine is online when it reported within this many seconds.
     "ONLINE_WINDOW_S": envint("PITWALL_ONLINE_WINDOW_S", 30, minimum=1),
     # Samples further in the future than this (clock skew) are refused.
@@ -302,6 +316,10 @@ PITWALL = {
     # Webhooks to private, loopback and link-local addresses are refused unless this is on
     # (docs/webhooks.md): a rule's receiver must not become a way into the internal network.
     "ALERT_ALLOW_PRIVATE_WEBHOOKS": envbool("PITWALL_ALERT_ALLOW_PRIVATE_WEBHOOKS", False),
+    # One delivery attempt (an HTTP request, an SMTP conversation) gives up after this many
+    # seconds; a receiver that takes 10 s per request is slow, not down. The claim's lease
+    # (alerts/delivery/service.LEASE) must stay well above it.
+    "ALERT_DELIVERY_TIMEOUT_S": envint("PITWALL_ALERT_DELIVERY_TIMEOUT_S", 30, minimum=1),
     # A silence lasts at most this many days after it starts (longer: a 400 naming ends_at).
     "ALERT_SILENCE_MAX_DAYS": envint("PITWALL_ALERT_SILENCE_MAX_DAYS", 90, minimum=1),
     # Each statement of a rule preview or a series read is cancelled after this many seconds

@@ -58,6 +58,7 @@ class IngestApp:
     def __init__(self) -> None:
         conf = settings.PITWALL
         self.max_body = conf["INGEST_MAX_BODY_BYTES"]
+        self.retry_after_s = conf["INGEST_RETRY_AFTER_S"]  # a 503's Retry-After
         self.writer = Writer(
             dsn_from_settings(connections.databases["default"]),
             conf["INGEST_FLUSH_ROWS"], conf["INGEST_FLUSH_MS"])
@@ -106,15 +107,20 @@ class IngestApp:
         await self.startup()  # servers without lifespan support start the writer here
         steps = [time.monotonic()] if self.trace is not None else None
         batches = [1]  # how many the body holds, once parsed (a refusal before: one)
+        extra: list[tuple[bytes, bytes]] = []
         try:
             status, body = 200, await self._handle(scope, receive, steps, batches)
         except BadRequest as exc:
-            status, body = exc.status, {"error": exc.message, "field": exc.field}
+            # ``reason`` (clock, retention, invalid, ...) lets an agent tell a batch it must
+            # drop from one that a later clock will accept (docs/protocol.md).
+            status, body = exc.status, {"error": exc.message, "field": exc.field,
+                                        "reason": exc.reason}
             metrics.count_refused(exc.reason, batches[0])
         except (StorageUnavailable, DatabaseError) as exc:
             status, body = 503, _unavailable(exc)
+            extra = [(b"retry-after", str(self.retry_after_s).encode())]
             metrics.count_unavailable(batches[0])
-        await _reply(send, status, body)
+        await _reply(send, status, body, extra)
         if steps is not None and len(steps) == 6:
             self.trace.request((*steps, time.monotonic()))  # type: ignore[union-attr]
 
