@@ -103,7 +103,13 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
                 supervision.close()
             shipper.close(timeout=5.0)
             sources.close()
-    log.info("stopped; %d batches wait in the spool", len(spool))
+    # One line an operator (and the fault suite) can account by: every batch this run made is
+    # delivered, dropped (refused for good), evicted from the spool or still waiting in it.
+    evicted = spool.evictions()
+    log.info("stopped: boot %s made %d batches (seq 1-%d); %d delivered, %d dropped, "
+                "%d evicted and not yet reported; %d batches wait in the spool",
+                builder.boot_id, builder.seq, builder.seq, shipper.delivered_batches,
+                shipper.dropped_batches, evicted[0], len(spool))
     return 0
 
 
