@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-fast test-real-vllm test-schema real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm lint install preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -50,8 +50,11 @@ ALERTMANAGER := /usr/bin/prometheus-alertmanager
 DEBIAN_PACKAGE_chromium := chromium
 DEBIAN_PACKAGE_prometheus := prometheus
 DEBIAN_PACKAGE_prometheus-alertmanager := prometheus-alertmanager
+# The fault suite runs agents whose clock is off the server's under libfaketime.
+FAKETIME := /usr/bin/faketime
+DEBIAN_PACKAGE_faketime := faketime
 
-$(CHROMIUM) $(PROMETHEUS) $(ALERTMANAGER):
+$(CHROMIUM) $(PROMETHEUS) $(ALERTMANAGER) $(FAKETIME):
 	@PKG=$(DEBIAN_PACKAGE_$(notdir $@)); \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "installing Debian's $$PKG for the tests"; \
@@ -95,6 +98,14 @@ test: preflight $(CHROMIUM) $(PROMETHEUS) $(ALERTMANAGER)
 test-fast: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest $(PYTEST_PARALLEL) \
 	  -m 'not slow and not real_vllm and not schema_fuzz'
+
+# Outages, restarts and overload on real processes, with a PostgreSQL cluster and a Redis of
+# the suite's own (never the machine's): tests marked faults, which plain pytest deselects.
+# The figures go into RELIABILITY.md's table, written even when a case fails.
+faults: preflight $(FAKETIME)
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; rm -f $(VAR)/faults/results.json; \
+	  $(PY) -m pytest -m faults tests/faults; status=$$?; \
+	  $(PY) -m tests.faults.report; exit $$status
 
 # Minutes of real vLLM processes (tests marked real_vllm, which plain pytest deselects).
 test-real-vllm: preflight real-vllm

@@ -534,4 +534,5 @@ def record_account(case: str, account: Account, *, injected: str, duration_s: fl
     record(case, injected=injected, duration_s=duration_s, unit="samples",
            expected=account.expected, stored=account.stored, lost=account.lost,
            duplicated=account.duplicated, recovery_s=recovery_s, notes=notes,
-           account=asdict(account) | {"per_host": None}, **extra)
+           agents=len(account.per_host), account=asdict(account) | {"per_host": None},
+           **extra)
