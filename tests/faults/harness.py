@@ -156,7 +156,8 @@ def query(sql: str, params: tuple | list = ()) -> list[tuple]:
 
     def run() -> list[tuple]:
         with psycopg.connect(database_url(), connect_timeout=5, autocommit=True) as conn:
-            return conn.execute(sql, params).fetchall()
+            cursor = conn.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
 
     return retrying(run)
 

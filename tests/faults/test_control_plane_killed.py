@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.faults.harness import FLEET_SIZE, record_account
+from tests.faults.harness import FLEET_SIZE, query, record_account
 from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
@@ -44,3 +44,20 @@ def test_a_control_plane_killed_for_three_minutes_loses_and_repeats_nothing(stac
     assert account.lost == 0, account.hosts_short()
     assert account.duplicated == 0
     assert account.killed_runs == 0 and account.stored > FLEET_SIZE * DOWN_S
+
+
+def test_the_account_sees_samples_that_were_never_stored(stack, fleet):
+    """The check every case relies on can fail: samples missing from the database are lost."""
+    stack.start_web()
+    fleet.start()
+    fleet.wait_stored(5)
+    fleet.wait_drained(60)
+    fleet.stop()
+    victim = fleet.agents[0].hostname
+    query("DELETE FROM telemetry_host_sample WHERE ctid IN (SELECT s.ctid FROM"
+          " telemetry_host_sample s JOIN fleet_host h ON h.id = s.host_id"
+          " WHERE h.hostname = %s ORDER BY s.ts LIMIT 3)", (victim,))
+    account = fleet.account()
+    assert account.lost == 3 and account.duplicated == 0
+    assert account.hosts_short() == [f"{victim}: expected {account.per_host[victim][0]}, "
+                                     f"stored {account.per_host[victim][0] - 3}"]
