@@ -2,6 +2,12 @@
 
 Per request: size limit, gzip, JSON (orjson), token -> host, validation against the catalog,
 inventory, rows, then the shared writer; the reply comes only after the rows are committed.
+
+Load shedding: a request that arrives while the writer holds more than INGEST_MAX_QUEUED_ROWS
+rows, while INGEST_MAX_REQUESTS_IN_FLIGHT requests are being handled, or while the writer is
+stuck on a database that does not answer, is answered 503 with Retry-After at once, before its
+body is read: reading and parsing bodies is where the CPU and the memory go, so a backlog
+costs neither. The agent spools the batch and sends it again later (docs/protocol.md).
 What else is fed the committed rows (the live publisher) is attached where the application is
 assembled (``IngestApp.listen``, controlplane/asgi.py): telemetry knows no layer above it.
 """
@@ -41,6 +47,12 @@ log = logging.getLogger(__name__)
 # Every reply names the protocol versions this server accepts: agents switch to v2 on seeing it.
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store"),
                 (PROTOCOLS_HEADER.lower().encode(), b"1, 2")]
+# Why a request was shed (its 503's "shed" and the metric's label) -> the reply's words.
+SHED_REASONS = {
+    "queue": "overloaded: too many rows wait for the database",
+    "requests": "overloaded: too many requests in progress",
+    "stalled": "overloaded: the database is not answering",
+}
 
 
 class CommitListener(Protocol):
@@ -59,9 +71,12 @@ class IngestApp:
         conf = settings.PITWALL
         self.max_body = conf["INGEST_MAX_BODY_BYTES"]
         self.retry_after_s = conf["INGEST_RETRY_AFTER_S"]  # a 503's Retry-After
+        self.max_queued_rows = conf["INGEST_MAX_QUEUED_ROWS"]
+        self.max_in_flight = conf["INGEST_MAX_REQUESTS_IN_FLIGHT"]
+        self.in_flight = 0  # requests past the door, not answered yet
         self.writer = Writer(
             dsn_from_settings(connections.databases["default"]),
-            conf["INGEST_FLUSH_ROWS"], conf["INGEST_FLUSH_MS"])
+            conf["INGEST_FLUSH_ROWS"], conf["INGEST_FLUSH_MS"], conf["INGEST_FLUSH_TIMEOUT_S"])
         self.registry = Registry()
         self.layouts = LayoutCache()
         self.listeners: list[CommitListener] = []
@@ -105,6 +120,35 @@ class IngestApp:
             await _reply(send, 405, {"error": "use POST"}, [(b"allow", b"POST")])
             return
         await self.startup()  # servers without lifespan support start the writer here
+        shed = self._shed_reason()
+        if shed is not None:
+            await self._shed(send, shed)
+            return
+        self.in_flight += 1
+        try:
+            await self._answer(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    def _shed_reason(self) -> str | None:
+        """Why a request is refused at the door (a SHED_REASONS key), or None."""
+        if self.in_flight >= self.max_in_flight:
+            return "requests"
+        if self.writer.queued_rows > self.max_queued_rows:
+            return "queue"
+        if self.writer.stuck:
+            return "stalled"
+        return None
+
+    async def _shed(self, send, reason: str) -> None:
+        """503 + Retry-After, the body unread (the server discards it): nothing is stored."""
+        metrics.count_shed(reason)
+        await _reply(send, 503, {
+            "error": f"{SHED_REASONS[reason]}, retry after {self.retry_after_s} s",
+            "reason": "overloaded", "shed": reason},
+            [(b"retry-after", str(self.retry_after_s).encode())])
+
+    async def _answer(self, scope, receive, send) -> None:
         steps = [time.monotonic()] if self.trace is not None else None
         batches = [1]  # how many the body holds, once parsed (a refusal before: one)
         extra: list[tuple[bytes, bytes]] = []

@@ -98,8 +98,11 @@ _TYPES = {t.name: [c.sql_type for c in t.all_columns] for t in TABLES.values()}
 _KEY_WIDTH = {t.name: len(t.keys) + 1 for t in TABLES.values()}  # the keys and ts
 
 
-async def make_copy_connection(dsn: str) -> psycopg.AsyncConnection:
-    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+async def make_copy_connection(dsn: str, connect_timeout: int = 10) -> psycopg.AsyncConnection:
+    """A connection for the writer; gives up after ``connect_timeout`` s on a server that
+    accepts the TCP connection and then says nothing (a stalled one)."""
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True,
+                                                 connect_timeout=connect_timeout)
     # COPY looks dumpers up by the column type's oid (set_types), so these take over there.
     conn.adapters.register_dumper(_UnixSeconds, UnixSecondsDumper)
     conn.adapters.register_dumper(_Int4Array, Int4ArrayDumper)

@@ -25,6 +25,11 @@ ROWS = Counter("pitwall_ingest_rows", "Sample rows stored, by entity", ["entity"
 VALUES = Counter(
     "pitwall_ingest_values", "Values stored: the present value columns of the rows (a "
     "histogram is three: its layout, counts and sum)")
+SHED = Counter(
+    "pitwall_ingest_shed_requests", "Requests answered 503 at once, their body unread (also "
+    "counted as unavailable requests), by reason: queue (more than INGEST_MAX_QUEUED_ROWS rows "
+    "wait for the writer), requests (INGEST_MAX_REQUESTS_IN_FLIGHT in progress), stalled (the "
+    "database stopped answering)", ["reason"])
 SPOOL_REPLAYS = Counter(
     "pitwall_ingest_spool_replays", "Requests that replayed several batches from an agent's "
     "spool")
@@ -66,6 +71,12 @@ def count_refused(reason: str, batches: int) -> None:
 def count_unavailable(batches: int) -> None:
     REQUESTS_UNAVAILABLE.inc()
     BATCHES_UNAVAILABLE.inc(batches)
+
+
+def count_shed(reason: str) -> None:
+    """A request shed at the door: its batches are unknown (the body was never read)."""
+    REQUESTS_UNAVAILABLE.inc()
+    SHED.labels(reason).inc()
 
 
 def count_stored(stored: dict[str, tuple[int, int]]) -> None:

@@ -15,6 +15,14 @@ Idempotency: each agent boot is a stream with the highest seq stored (AgentStrea
 locks the streams it touches (``FOR UPDATE``, in key order), stores only batches above that
 seq and raises it, all in the same transaction: a replay racing its original, in this process
 or another, is stored once.
+
+A stalled database (a server that holds its connections open and answers nothing: SIGSTOP, a
+dead disk) must not hold requests forever: a flush that has not committed within
+``flush_timeout_s`` is abandoned. Its batches are answered 503 (nothing was acknowledged; if
+the server does commit the abandoned transaction later, the replay is a duplicate by the claim
+above), its connection is dropped without a word to the server (a cancel request or a polite
+close would wait on it too), and until a new connection answers the writer is ``stalled``:
+new batches are refused at once (the app sheds their requests at the door, app.py).
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,6 +49,10 @@ from controlplane.telemetry.rollups import late
 
 log = logging.getLogger(__name__)
 LAST_SEEN_EVERY_S = 5.0  # last_seen is refreshed at most this often per host / engine
+# While stalled, the writer tries a new connection this often (each waits up to the timeout).
+RECONNECT_EVERY_S = 1.0
+# An abandoned flush, its socket shut down, normally ends at once; past this it is cancelled.
+ABANDON_GRACE_S = 1.0
 
 
 @dataclass
@@ -87,13 +101,25 @@ class StorageUnavailable(Exception):
         self.incident = incident
 
 
+class FlushTimeout(StorageUnavailable):
+    """A flush that did not commit within the flush timeout: abandoned, nothing acknowledged."""
+
+
 class Writer:
-    def __init__(self, dsn: str, flush_rows: int, flush_ms: int) -> None:
+    def __init__(self, dsn: str, flush_rows: int, flush_ms: int,
+                 flush_timeout_s: float = 10.0) -> None:
         self.dsn = dsn
         self.flush_rows = flush_rows
         self.flush_s = flush_ms / 1000
+        self.flush_timeout_s = flush_timeout_s
         self._pending: list[Work] = []
         self._pending_rows = 0
+        self._flushing_rows = 0  # the rows of the flush in progress
+        self._flush_began: float | None = None  # monotonic, while a flush runs
+        # True from an abandoned flush until a new connection answers (RECONNECT_EVERY_S).
+        self.stalled = False
+        self._stalled_since = 0.0
+        self._abandoned: set[asyncio.Task] = set()  # flushes cancelled, not yet ended
         self._oldest = 0.0  # when the oldest pending batch arrived (monotonic)
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
@@ -120,10 +146,24 @@ class Writer:
         if self._conn is not None:
             await self._conn.close()
 
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting for a flush, and those of the flush in progress."""
+        return self._pending_rows + self._flushing_rows
+
+    @property
+    def stuck(self) -> bool:
+        """Stalled, or a flush running past the timeout (about to be abandoned)."""
+        began = self._flush_began
+        return self.stalled or (
+            began is not None and time.monotonic() - began > self.flush_timeout_s)
+
     async def submit(self, items: list[Work]) -> list[bool]:
         """Stores the batches; returns for each whether it was new (False: a replay)."""
         if self._stopping:
             raise StorageUnavailable("the server is shutting down")
+        if self.stalled:
+            raise StorageUnavailable("the database stopped answering; retry later")
         loop = asyncio.get_running_loop()
         if not self._pending:
             self._oldest = time.monotonic()  # its flush is due flush_ms from now
@@ -149,6 +189,11 @@ class Writer:
 
     async def _run(self) -> None:
         while not (self._stopping and not self._pending):
+            if self.stalled:
+                self._refuse_pending(StorageUnavailable(
+                    "the database stopped answering; retry later"))
+                await self._reconnect()
+                continue
             await self._wake.wait()
             # Due flush_ms after the oldest waiting batch arrived, not after the previous
             # flush ended: a batch that came during a slow flush does not wait a whole
@@ -170,8 +215,10 @@ class Writer:
             return
         started = time.monotonic()
         self._steps = []
+        self._flushing_rows = sum(w.row_count for w in work)
+        self._flush_began = started
         try:
-            stored = await self._flush(work)
+            stored = await self._flush_in_time(work)
         except Exception as exc:  # noqa: BLE001 - every failure is answered, none is stored
             incident = new_incident()
             log.warning("ingest flush of %d batches failed [incident %s]: %s", len(work),
@@ -181,6 +228,8 @@ class Writer:
                 if not item.future.done():
                     item.future.set_exception(StorageUnavailable(str(exc), incident))
             return
+        finally:
+            self._flushing_rows, self._flush_began = 0, None
         committed = time.monotonic()
         metrics.FLUSH_SECONDS.observe(committed - started)
         metrics.count_stored(self._stored)
@@ -201,6 +250,64 @@ class Writer:
             self.trace.flush((started, len(work), sum(w.row_count for w in work),
                               *self._steps, committed, time.monotonic()))
 
+    async def _flush_in_time(self, work: list[Work]) -> list[bool | TokenRefused]:
+        """``_flush``, abandoned (FlushTimeout) if it has not committed within the timeout."""
+        flush = asyncio.create_task(self._flush(work), name="pitwall-ingest-flush")
+        done, _ = await asyncio.wait({flush}, timeout=self.flush_timeout_s)
+        if flush in done:
+            return flush.result()
+        self.stalled, self._stalled_since = True, time.monotonic()
+        await self._abandon(flush)
+        raise FlushTimeout(f"the flush did not commit within {self.flush_timeout_s:g} s; "
+                           "the database is not answering")
+
+    async def _abandon(self, flush: asyncio.Task) -> None:
+        """End a flush stuck on a silent server without waiting on the server.
+
+        Cancelling the task is not enough: psycopg answers a cancellation inside a query by
+        sending the server a cancel request and waiting for it (5 s, then 5 s more), and a
+        graceful close sends a Terminate message. Shutting the socket down wakes the flush
+        at once with "connection lost" and nothing is sent. A flush still connecting has no
+        socket here yet: its cancellation only closes the half-open one.
+        """
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            _shut_down(conn)
+        await asyncio.wait({flush}, timeout=ABANDON_GRACE_S)
+        if not flush.done():
+            flush.cancel()  # not awaited: whatever it still waits on, the writer goes on
+            self._abandoned.add(flush)
+            flush.add_done_callback(self._abandoned.discard)
+        if flush.done() and not flush.cancelled():
+            flush.exception()  # retrieved: its error is the FlushTimeout's story
+        self._conn = None  # closed by _reset_connection if the flush did not already
+
+    def _refuse_pending(self, error: StorageUnavailable) -> None:
+        work, self._pending, self._pending_rows = self._pending, [], 0
+        metrics.QUEUE.set(0)
+        self._wake.clear()
+        self._full.clear()
+        for item in work:
+            if not item.future.done():
+                item.future.set_exception(error)
+
+    async def _reconnect(self) -> None:
+        """While stalled: a new connection every RECONNECT_EVERY_S until one answers (each
+        attempt gives up after the flush timeout: psycopg's connect_timeout)."""
+        while self.stalled and not self._stopping:
+            try:
+                self._conn = await make_copy_connection(self.dsn, self._connect_timeout())
+            except (psycopg.Error, OSError) as exc:
+                log.debug("ingest writer: no new connection yet: %s", exc)
+                await asyncio.sleep(RECONNECT_EVERY_S)
+                continue
+            self.stalled = False
+            log.warning("ingest writer: the database answers again after %.1f s",
+                        time.monotonic() - self._stalled_since)
+
+    def _connect_timeout(self) -> int:
+        return max(2, round(self.flush_timeout_s))  # libpq's minimum is 2 s
+
     def _within_window(self, work: list[Work]) -> list[Work]:
         """The items whose new days may be partitioned; the others are refused here."""
         kept = []
@@ -217,13 +324,13 @@ class Writer:
 
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None or self._conn.closed:
-            self._conn = await make_copy_connection(self.dsn)
+            self._conn = await make_copy_connection(self.dsn, self._connect_timeout())
         return self._conn
 
     async def _reset_connection(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
-                await self._conn.close()
+                await self._conn.close()  # non-blocking libpq: never waits on the server
         self._conn = None
 
     async def _flush(self, work: list[Work]) -> list[bool | TokenRefused]:
@@ -326,6 +433,15 @@ class Writer:
             for stmt in partitions.create_on_demand_sql(missing):
                 await cur.execute(stmt)
         self._known_days |= missing
+
+
+def _shut_down(conn: psycopg.AsyncConnection) -> None:
+    """Shut the connection's socket down (both ways) without closing its descriptor, which
+    psycopg still owns: whatever waits on it wakes with an error, and nothing is sent."""
+    with contextlib.suppress(OSError, psycopg.Error):
+        fd = conn.pgconn.socket
+        with socket.socket(fileno=os.dup(fd)) as dup:
+            dup.shutdown(socket.SHUT_RDWR)
 
 
 def new_incident() -> str:
