@@ -16,6 +16,9 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Tasks of a subpackage are not found by the default discovery (one tasks module per app).
 app.autodiscover_tasks(["controlplane.alerts.delivery"])
+# While Redis (the broker) is unreachable, beat runs the alert cycle itself and the other
+# periodic tasks wait for it (controlplane/beat.py, docs/alerts.md "Redis down").
+app.conf.beat_scheduler = "controlplane.beat:Scheduler"
 
 # settings.PITWALL["ROLLUP_INTERVAL_S"] reads the same variable; this module is imported before
 # Django's settings are configured, so it reads it itself.

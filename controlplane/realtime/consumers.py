@@ -3,6 +3,11 @@
 Protocol in docs/live.md. Events arrive already serialised (channel_layer.py) and are
 forwarded as they are. A socket whose session ended or whose user was deactivated is closed
 at its next ping (every 20 s).
+
+Redis (the channel layer) down: every socket's own receive on the layer fails at once, and
+the socket is closed with 1013 (try again later) so that the page shows "reconnecting…" and
+comes back by itself; a socket opened during the outage is closed the same way (docs/live.md,
+Failure behaviour).
 """
 
 from __future__ import annotations
@@ -26,12 +31,29 @@ CLOSE_SIGNED_OUT = 4401  # the page sends the browser to the login form, no reco
 CLOSE_FORBIDDEN = 4403  # signed in, but no role that reads the fleet
 CLOSE_TRY_AGAIN = 1013  # the channel layer is unreachable: reconnect with back-off
 USAGE = 'send {"type": "subscribe", "groups": [...]} or {"type": "ping"}'
+# What the server raises on a send to a socket that is already closed or gone.
+SEND_AFTER_CLOSE = (RuntimeError, OSError)
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
-    async def connect(self) -> None:
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.watching: dict[str, str] = {}  # client group name -> channel-layer group
         self.allowed = False
+
+    async def __call__(self, scope, receive, send) -> None:
+        """Channels' loop, which ends with the channel layer's error when Redis goes away
+        (its receive on the layer fails): close with 1013 instead, and clean up as a
+        disconnect would (the server would otherwise log an ASGI error per socket, and the
+        client count would keep the socket)."""
+        try:
+            await super().__call__(scope, receive, send)
+        except LAYER_ERRORS:
+            with contextlib.suppress(*SEND_AFTER_CLOSE):  # the client may be gone already
+                await self.close(code=CLOSE_TRY_AGAIN)
+            await self.disconnect(CLOSE_TRY_AGAIN)
+
+    async def connect(self) -> None:
         await self.accept()  # then close: a close code reaches the page only after accept
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
