@@ -104,6 +104,9 @@ DATABASE_POOL_MAX = envint("DATABASE_POOL_MAX", 8, minimum=1)
 DATABASES = {
     "default": {
         **_DATABASE,
+        # Django's backend, but the pool never hands out a connection PostgreSQL closed (a
+        # restart, a failover): controlplane/lib/postgresql/base.py.
+        "ENGINE": "controlplane.lib.postgresql",
         "CONN_MAX_AGE": 0,
         "OPTIONS": {**_DATABASE["OPTIONS"],
                     "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": 10}},

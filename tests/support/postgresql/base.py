@@ -1,4 +1,4 @@
-"""Django's PostgreSQL backend with a cheaper flush, for the tests (tests/settings.py).
+"""Pitwall's PostgreSQL backend with a cheaper flush, for the tests (tests/settings.py).
 
 Transactional tests (and the browser and end-to-end tests, whose servers commit) end with
 Django's flush: one TRUNCATE of every table, then post_migrate refills what migrate made
@@ -17,7 +17,9 @@ Django's own.
 
 from __future__ import annotations
 
-from django.db.backends.postgresql import base, operations
+from django.db.backends.postgresql import operations
+
+from controlplane.lib.postgresql import base
 
 FLUSH_SQL = """
 DO $flush$
