@@ -2,10 +2,12 @@
 
 One gzip file per batch, named ``<16-digit counter>-<samples>.json.gz`` so that a plain sort is
 the send order; the counter continues from the highest name on disk, so order holds across
-restarts. Files are written atomically (tmp + fsync + rename), so a crash leaves either a whole
-batch or nothing. The spool is bounded by the bytes of its files; past the bound the oldest
-batches are evicted and counted in ``evictions.json``, and those counts travel to the server in
-``agent.spool`` until it acknowledges them.
+restarts. Files are written atomically (tmp + fsync + rename), so a crash (SIGKILL, power loss)
+leaves either a whole batch or nothing: a temporary file found at start is deleted, a file that
+cannot be read back is set aside as ``.corrupt``. The spool is bounded by the bytes of its files
+and by the disk: past the bound, or when a write finds the disk full, the oldest batches are
+evicted (the newest ones are kept) and counted in ``evictions.json``, and those counts travel to
+the server in ``agent.spool`` until it acknowledges them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ Batch = dict[str, Any]
 _NAME = re.compile(r"^(\d{16})-(\d+)\.json\.gz(\.corrupt)?$")
 _TMP_PREFIX = ".tmp-"
 _EVICTIONS = "evictions.json"
+# The counts file always has this size, so that a full disk can still update it in place.
+_EVICTIONS_WIDTH = 64
+# A write that fails with these is retried after evicting the oldest batch: the disk is full.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+# Writes in a row that needed no eviction before a full disk is said to have room again (one
+# freed file can hold several small batches: "recovered" must not flap at every eviction).
+_ROOM_AGAIN_WRITES = 10
 # Replay groups: what one multi-batch request carries at most (uncompressed JSON bytes).
 REPLAY_MAX_BATCHES = 200
 REPLAY_MAX_BYTES = 4 * 1024 * 1024
@@ -83,9 +92,25 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    # The rename itself is only durable once the directory entry is on disk.
-    fd = os.open(path.parent, os.O_RDONLY)
+    # The rename itself is only durable once the directory entry is on disk. The file is in
+    # place already, so a failure here must not be taken for a write that did not happen.
     try:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def overwrite_in_place(path: Path, data: bytes) -> None:
+    """Write ``data`` over an existing file of at least its size: needs no new disk block (a
+    full disk) and, as one small write at offset 0, is never torn by a killed process."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -104,6 +129,7 @@ class Spool:
         self._bytes = 0
         self._next = 0
         self._evicted = [0, 0]  # batches, samples
+        self._room_writes = _ROOM_AGAIN_WRITES  # writes in a row that needed no eviction
         # Batches carry hostnames and engine configs: keep them private to the agent's user.
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not os.access(self.directory, os.W_OK | os.X_OK):  # say so at start, not mid-outage
@@ -126,6 +152,9 @@ class Spool:
                 self._entries.append(entry)
                 self._bytes += entry.size
         self._evicted = self._read_evictions()
+        if not (self.directory / _EVICTIONS).exists():
+            # Made now, while there is room, so that a full disk can update it in place.
+            self._persist_evictions()
 
     def _read_evictions(self) -> list[int]:
         path = self.directory / _EVICTIONS
@@ -165,26 +194,48 @@ class Spool:
                 return
             evicted = [0, 0]
             while self._entries and self._bytes + len(data) > self.max_bytes:
-                old = self._entries.popleft()
-                self._bytes -= old.size
-                (self.directory / old.name).unlink(missing_ok=True)
+                self._evict_oldest(evicted)
+            if not self._write(data, samples, evicted):
                 evicted[0] += 1
-                evicted[1] += old.samples
+                evicted[1] += samples
+            if evicted[0]:
+                self._count_evicted(*evicted)
+
+    def _write(self, data: bytes, samples: int, evicted: list[int]) -> bool:
+        """Write a new batch file (caller holds the lock). On a full disk the oldest batches
+        make room, as past the bound; False when the batch could not be written at all."""
+        made_room = False
+        while True:
             name = f"{self._next:016d}-{samples}.json.gz"
             try:
                 write_atomic(self.directory / name, data)
-            except OSError as exc:  # disk full, most likely: said once, not every interval
+                break
+            except OSError as exc:
+                if exc.errno in _DISK_FULL and self._entries:
+                    self._state.fail("spool", f"{self.directory} is full ({exc.strerror}); "
+                                              "the oldest batches are evicted to make room")
+                    self._evict_oldest(evicted)
+                    made_room = True
+                    continue
+                # Disk full with nothing left to evict, or another error: said once.
                 self._state.fail("spool", f"cannot write to {self.directory} "
                                           f"({exc.strerror or exc}); batches counted as evicted")
-                evicted[0] += 1
-                evicted[1] += samples
-            else:
-                self._state.ok("spool")
-                self._next += 1
-                self._entries.append(_Entry(name, len(data), samples))
-                self._bytes += len(data)
-            if evicted[0]:
-                self._count_evicted(*evicted)
+                self._room_writes = 0
+                return False
+        self._room_writes = 0 if made_room else self._room_writes + 1
+        if self._room_writes >= _ROOM_AGAIN_WRITES:
+            self._state.ok("spool")
+        self._next += 1
+        self._entries.append(_Entry(name, len(data), samples))
+        self._bytes += len(data)
+        return True
+
+    def _evict_oldest(self, evicted: list[int]) -> None:
+        old = self._entries.popleft()
+        self._bytes -= old.size
+        (self.directory / old.name).unlink(missing_ok=True)
+        evicted[0] += 1
+        evicted[1] += old.samples
 
     def peek(self, max_batches: int = REPLAY_MAX_BATCHES,
              max_bytes: int = REPLAY_MAX_BYTES) -> list[Spooled]:
@@ -260,8 +311,21 @@ class Spool:
 
     def _count_evicted(self, batches: int, samples: int) -> None:
         self._evicted = [max(0, self._evicted[0] + batches), max(0, self._evicted[1] + samples)]
+        self._persist_evictions()
+
+    def _persist_evictions(self) -> None:
+        """The counts, on disk for the next start. Until they are, the counts in memory still
+        travel to the server; only a restart before they could be written loses them."""
+        path = self.directory / _EVICTIONS
         data = json.dumps({"batches": self._evicted[0], "samples": self._evicted[1]}).encode()
+        data = data.ljust(_EVICTIONS_WIDTH)  # JSON allows the trailing blanks
         try:
-            write_atomic(self.directory / _EVICTIONS, data)
+            write_atomic(path, data)
         except OSError as exc:
-            self._warn(f"spool: cannot persist eviction counts ({exc})")
+            try:  # a full disk has no block for the temporary file: reuse the file's own
+                overwrite_in_place(path, data)
+            except OSError:
+                self._state.fail("spool counts", f"cannot persist eviction counts to {path} "
+                                                 f"({exc.strerror or exc}); kept in memory")
+                return
+        self._state.ok("spool counts")

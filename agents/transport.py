@@ -3,7 +3,10 @@
 The collection loop hands each batch to ``Shipper.submit`` and never waits on the network. The
 sender keeps recent batches in memory while the server answers; on the first failure they move,
 in order, to the on-disk spool, and from then on new batches queue on disk behind them until a
-replay (several batches per request) drains it. Replies follow docs/protocol.md.
+replay (several batches per request) drains it. Replies follow docs/protocol.md: a failure is
+retried with exponential backoff and full jitter, and never sooner than the server's
+``Retry-After``; a batch refused for a timestamp ahead of the server's clock waits in the spool
+until the server's clock reaches it (``ClockWatch``).
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import random
 import re
 import ssl
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -31,6 +37,11 @@ PERMANENT = frozenset({400, 413, 415})  # the same bytes can never be accepted: 
 BAD_TOKEN = frozenset({401, 403})  # an operator must fix the token: keep the data meanwhile
 _BATCH_INDEX = re.compile(r"^batches\[(\d+)\]")
 _STALE = (ConnectionResetError, BrokenPipeError)  # includes http.client.RemoteDisconnected
+# A server's Retry-After is honoured up to this: a wrong header must not silence an agent for
+# a day (the spool is bounded; batches would be evicted meanwhile).
+RETRY_AFTER_CAP_S = 300.0
+# A host whose clock differs from the server's by more than this is told so, once.
+CLOCK_SKEW_WARN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,22 @@ class Reply:
     status: int  # 0 when no HTTP answer came back (refused, timeout, reset)
     body: dict[str, Any] = field(default_factory=dict)
     problem: str = ""  # why there was no answer
+    retry_after: float | None = None  # seconds, from the Retry-After header
+    server_time: float | None = None  # the server's clock, from the Date header (1 s steps)
+    received_at: float = 0.0  # this host's clock when the answer came
+
+    @property
+    def clock_refusal(self) -> bool:
+        """A timestamp ahead of the server's clock: acceptable later, not malformed."""
+        return self.status == 400 and self.body.get("reason") == "clock"
+
+    @property
+    def skew(self) -> float | None:
+        """How far this host's clock is ahead of the server's (negative: behind)."""
+        if self.server_time is None:
+            return None
+        # Date has whole seconds, truncated: the server's clock was half a second past it.
+        return self.received_at - (self.server_time + 0.5)
 
     def describe(self) -> str:
         if not self.status:
@@ -140,12 +167,60 @@ class IngestClient:
             body = json.loads(raw)
         except ValueError:  # a proxy's HTML error page, an empty body
             body = {}
-        return Reply(response.status, body if isinstance(body, dict) else {})
+        received_at = time.time()
+        server_time = _http_date(response.getheader("Date"))
+        return Reply(response.status, body if isinstance(body, dict) else {},
+                     retry_after=_retry_after(response.getheader("Retry-After"), server_time,
+                                              received_at),
+                     server_time=server_time, received_at=received_at)
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+class ClockWatch:
+    """Says, once per state, what the server's replies show of this host's clock.
+
+    The server refuses a sample more than its allowed skew (``PITWALL_MAX_CLOCK_SKEW_S``) ahead
+    of its own clock with reason ``clock``; the shipper keeps such batches spooled until the
+    server's clock reaches them. A skew the server accepts (this host behind, or ahead by less
+    than the limit) costs nothing but is said too: the samples are stored at this host's times.
+    The skew is measured from the reply's Date header (whole seconds).
+    """
+
+    def __init__(self, warn: Warn) -> None:
+        self._state = WarnOnce(warn)
+        self._said: str | None = None  # "refused" | "skewed" | None (fine)
+
+    def observe(self, reply: Reply, after_cut: bool = False) -> None:
+        """``after_cut``: a success while batches a clock refusal held back still wait."""
+        if reply.clock_refusal:
+            self._say("refused", f"the server refuses samples as too far in the future: "
+                      f"{_describe_skew(reply.skew)}; they stay spooled and are sent once the "
+                      "server's clock reaches them: check NTP here and on the server")
+            return
+        if not 200 <= reply.status < 300 or after_cut or reply.skew is None:
+            return
+        if abs(reply.skew) > CLOCK_SKEW_WARN_S:
+            self._say("skewed", f"{_describe_skew(reply.skew)}; samples are stored at this "
+                      "host's times: check NTP here and on the server")
+        elif abs(reply.skew) < CLOCK_SKEW_WARN_S / 2 and self._said is not None:
+            self._said = None  # half the threshold: a skew near it does not flap
+            self._state.ok("clock")
+
+    def _say(self, state: str, message: str) -> None:
+        if self._said != state:  # the measured skew moves a little: said once per state
+            self._said = state
+            self._state.fail("clock", message)
+
+
+def _describe_skew(skew: float | None) -> str:
+    if skew is None:
+        return "the server's clock is behind this host's (it sent no Date header)"
+    side = "ahead of" if skew > 0 else "behind"
+    return f"this host's clock is about {abs(skew):.0f} s {side} the server's"
 
 
 class Shipper:
@@ -174,6 +249,10 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._failures = 0
         self._group_limit = REPLAY_MAX_BATCHES
+        self.clock = ClockWatch(warn)
+        # A clock refusal came since the spool was last empty: successes meanwhile deliver
+        # only what the server's clock has reached.
+        self._clock_cut = False
         self.delivered_batches = 0
         self.dropped_batches = 0
         self.config_version: int | None = None
@@ -233,8 +312,11 @@ class Shipper:
         except (TypeError, ValueError) as exc:  # a collector put something JSON cannot hold
             self._refused(group, Reply(400), f"it cannot be encoded as JSON ({exc})")
             return True
+        self.clock.observe(reply, after_cut=self._clock_cut)
         if 200 <= reply.status < 300:
             self._delivered(group, reply, evicted)
+        elif reply.clock_refusal:
+            self._clock_refused(group, reply)
         elif reply.status == 409 and self._inventory() is None:
             self._failed(group, reply)  # no inventory collected yet: ask again shortly
         elif reply.status in PERMANENT or reply.status == 409:
@@ -280,7 +362,12 @@ class Shipper:
             self.spool.acknowledge_evictions(*evicted)
         self.delivered_batches += len(group)
         self.config_version = reply.body.get("config_version", self.config_version)
-        self._failures = 0
+        # After a clock refusal, a success is the part the server's clock had reached; while
+        # more waits behind it (likely refused again) the backoff goes on. The next group is
+        # still tried at once.
+        if not (self._clock_cut and (len(self.spool) or self._memq)):
+            self._clock_cut = False
+            self._failures = 0
         self._group_limit = min(REPLAY_MAX_BATCHES, self._group_limit * 2)
         self._state.ok(f"server {self.client.origin}")
         self._state.ok("sender")
@@ -298,6 +385,19 @@ class Shipper:
         self._forget([group[index]])
         self.dropped_batches += 1
 
+    def _clock_refused(self, group: list[Spooled], reply: Reply) -> None:
+        """A timestamp ahead of the server's clock: not malformed, acceptable once the server's
+        clock gets there (or this host's is fixed). The batches before the refused one go at
+        once; from the refused one on they wait in the spool, in order, with backoff."""
+        self._clock_cut = True
+        index = _batch_index(reply) if len(group) > 1 else 0
+        if index is not None and 0 < index < len(group):
+            self._group_limit = index
+            return
+        with self._lock:
+            self._spill()
+        self._backoff(reply.retry_after)
+
     def _failed(self, group: list[Spooled], reply: Reply) -> None:
         if reply.status in BAD_TOKEN:
             problem = (f"refused the agent token ({reply.describe()}); fix the token, "
@@ -307,12 +407,19 @@ class Shipper:
         self._state.fail(f"server {self.client.origin}", problem)
         with self._lock:
             self._spill()
-        self._backoff()
+        self._backoff(reply.retry_after)
 
-    def _backoff(self) -> None:
-        """Exponential backoff with full jitter: a fleet coming back does not stampede."""
-        delay = self._rand() * min(self._cap, self._base * 2 ** self._failures)
+    def _backoff(self, retry_after: float | None = None) -> None:
+        """Exponential backoff with full jitter: a fleet coming back does not stampede. A
+        server's Retry-After (a 503, a 429) is a floor: its wait, plus a random part up to the
+        larger of that wait and the backoff window, so a fleet shed at once returns spread."""
+        window = min(self._cap, self._base * 2 ** self._failures)
         self._failures = min(self._failures + 1, 32)
+        if retry_after is None:
+            delay = self._rand() * window
+        else:
+            floor = min(retry_after, RETRY_AFTER_CAP_S)
+            delay = floor + self._rand() * max(floor, window)
         self._sleep(delay)
 
     def _forget(self, items: list[Spooled]) -> None:
@@ -325,6 +432,33 @@ class Shipper:
             gone = {id(item.batch) for item in items if item.name is None}
             if gone:
                 self._memq = deque(b for b in self._memq if id(b) not in gone)
+
+
+def _http_date(value: str | None) -> float | None:
+    """An HTTP date (the Date header) as unix seconds; None if absent or unreadable."""
+    if not value:
+        return None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, said without a zone
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _retry_after(value: str | None, server_time: float | None, now: float) -> float | None:
+    """Retry-After as seconds to wait: delay-seconds, or an HTTP date read against the server's
+    own Date when it sent one (this host's clock may be off), else against ours."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    when = _http_date(value)
+    if when is None:
+        return None
+    return max(0.0, when - (server_time if server_time is not None else now))
 
 
 def _batch_index(reply: Reply) -> int | None:

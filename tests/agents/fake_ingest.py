@@ -6,6 +6,7 @@ import gzip
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,6 +20,7 @@ class Recorded:
     headers: dict[str, str]
     body: dict[str, Any]
     client_port: int
+    status: int = 0  # what the server answered
 
     @property
     def batches(self) -> list[dict[str, Any]]:
@@ -30,13 +32,18 @@ class Recorded:
 
 
 class FakeIngest:
-    """Replies with ``script`` in order ((status, body) pairs), then 200 for ever."""
+    """Replies with ``script`` in order ((status, body) or (status, body, headers)), then 200
+    for ever. ``clock_offset`` sets the server's clock (its Date header) against this host's;
+    with ``max_skew`` set, a batch with a ts further ahead of that clock is refused as the real
+    server does (400, reason "clock") before the script is consulted."""
 
     def __init__(self, port: int = 0) -> None:
         self.requests: list[Recorded] = []
         self.script: list[tuple[int, dict[str, Any]]] = []
         # The Pitwall-Protocols reply header; None: none sent, as a v1-only server does.
         self.protocols: str | None = None
+        self.clock_offset = 0.0
+        self.max_skew: float | None = None
         self.received = threading.Condition()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
@@ -59,10 +66,28 @@ class FakeIngest:
             return self.received.wait_for(
                 lambda: sum(len(r.batches) for r in self.requests) >= batches, timeout)
 
-    def _reply(self) -> tuple[int, dict[str, Any]]:
+    def now(self) -> float:
+        return time.time() + self.clock_offset
+
+    def _reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        ahead = self._first_ahead(body)
+        if ahead is not None:
+            return 400, {"error": "ts is in the future", "field": ahead, "reason": "clock"}, {}
         if self.script:
-            return self.script.pop(0)
-        return 200, {"accepted": 1, "duplicates": 0, "config_version": 7, "ignored": []}
+            status, reply, *headers = self.script.pop(0)
+            return status, reply, headers[0] if headers else {}
+        return 200, {"accepted": 1, "duplicates": 0, "config_version": 7, "ignored": []}, {}
+
+    def _first_ahead(self, body: dict[str, Any]) -> str | None:
+        if self.max_skew is None:
+            return None
+        batches = body.get("batches", [body])
+        for i, batch in enumerate(batches):
+            for j, sample in enumerate(batch.get("samples", ())):
+                if sample["ts"] > self.now() + self.max_skew:
+                    prefix = f"batches[{i}]." if "batches" in body else ""
+                    return f"{prefix}samples[{j}].ts"
+        return None
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         ingest = self
@@ -75,14 +100,18 @@ class FakeIngest:
                 if self.headers.get("Content-Encoding") == "gzip":
                     raw = gzip.decompress(raw)
                 with ingest.received:
+                    request = json.loads(raw)
                     ingest.requests.append(Recorded(self.path, dict(self.headers),
-                                                    json.loads(raw), self.client_address[1]))
-                    status, body = ingest._reply()
+                                                    request, self.client_address[1]))
+                    status, body, extra = ingest._reply(request)
+                    ingest.requests[-1].status = status
                     ingest.received.notify_all()
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 if ingest.protocols is not None:
                     self.send_header(PROTOCOLS_HEADER, ingest.protocols)
                 self.end_headers()
@@ -90,6 +119,10 @@ class FakeIngest:
 
             def log_message(self, *args: object) -> None:
                 pass
+
+            def date_time_string(self, timestamp: float | None = None) -> str:
+                # The Date header, from the server's clock (``clock_offset``).
+                return super().date_time_string(ingest.now() if timestamp is None else timestamp)
 
         return Handler
 
