@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 
 import pytest
 import redis
@@ -21,7 +23,7 @@ from controlplane.alerts.models import AlertRule
 from controlplane.beat import Scheduler
 from tests.support.live import RedisServer
 
-pytestmark = pytest.mark.slow(seconds=4)
+pytestmark = pytest.mark.slow(seconds=12)
 
 EVALUATE = "controlplane.alerts.tasks.evaluate_rules"
 ROLL_UP = "controlplane.telemetry.tasks.roll_up"
@@ -97,3 +99,24 @@ def test_beat_started_while_redis_is_down_runs_the_alert_cycle_instead_of_waitin
     assert scheduler.outage.down
     assert not AlertRule.objects.filter(enabled=True).exclude(
         last_evaluated_at__gte=before).exists()
+
+
+def test_a_silent_redis_does_not_hold_beat_up(transactional_db, broker, tmp_path):
+    """A stalled Redis (SIGSTOP: connections open, no answer, no reset) as a network
+    partition looks: a publish gives up after its socket timeout instead of waiting forever,
+    and beat evaluates the rules itself."""
+    scheduler = Scheduler(beat_app(broker.url), schedule_filename=str(tmp_path / "schedule"))
+    due_now(scheduler, "evaluate-alert-rules")  # connected, published
+    os.kill(broker.proc.pid, signal.SIGSTOP)
+    try:
+        before = timezone.now()
+        due_now(scheduler, "evaluate-alert-rules")
+        due_now(scheduler, "roll-up")
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+    assert scheduler.outage.down and scheduler.outage.delayed == {"roll-up": 1}
+    assert not AlertRule.objects.filter(enabled=True).exclude(
+        last_evaluated_at__gte=before).exists()
+    scheduler.outage.next_probe = 0
+    due_now(scheduler, "evaluate-alert-rules")
+    assert not scheduler.outage.down
