@@ -143,6 +143,7 @@ class IngestApp:
     async def _shed(self, send, reason: str) -> None:
         """503 + Retry-After, the body unread (the server discards it): nothing is stored."""
         metrics.count_shed(reason)
+        self.writer.hurry()
         await _reply(send, 503, {
             "error": f"{SHED_REASONS[reason]}, retry after {self.retry_after_s} s",
             "reason": "overloaded", "shed": reason},

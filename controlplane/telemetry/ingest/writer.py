@@ -158,6 +158,13 @@ class Writer:
         return self.stalled or (
             began is not None and time.monotonic() - began > self.flush_timeout_s)
 
+    def hurry(self) -> None:
+        """Flush what waits without waiting out the window: requests are being shed, so no
+        companions will come, and the window would only cap the throughput at the requests
+        allowed in flight per flush_ms."""
+        if self._pending:
+            self._full.set()
+
     async def submit(self, items: list[Work]) -> list[bool]:
         """Stores the batches; returns for each whether it was new (False: a replay)."""
         if self._stopping:
