@@ -109,9 +109,15 @@ DATABASES = {
         "ENGINE": "controlplane.lib.postgresql",
         "CONN_MAX_AGE": 0,
         "OPTIONS": {**_DATABASE["OPTIONS"],
-                    "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": 10}},
+                    "pool": {"min_size": 1, "max_size": DATABASE_POOL_MAX, "timeout": 10,
+                             "reconnect_timeout": 10}},
     }
 }
+# reconnect_timeout: psycopg_pool retries a lost connection with a delay that doubles (1, 2,
+# 4 ... s) for reconnect_timeout, 5 minutes by default: after a 75-second outage its next try
+# was a minute away, and pages, API and ingest token lookups failed 40 s longer than
+# PostgreSQL did. Given up after 10 s, the slot is opened anew by the next request that waits
+# for one: tries stay a few seconds apart however long the outage.
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -12,11 +12,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from django.db import connection
 
 from controlplane.fleet.models import Host
 from controlplane.lib.postgresql.base import server_hung_up
+from controlplane.telemetry.ingest.copy import dsn_from_settings
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,31 +69,29 @@ def held_at_once(count: int) -> set[int]:
 
 
 def end_every_other_session() -> set[int]:
-    """pg_terminate_backend on every session of the test database but this thread's, and
-    wait until they are gone; their pids."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT array_agg(pid) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        pids = set(cursor.fetchone()[0] or ())
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
-                       [list(pids)])
+    """pg_terminate_backend on every session of the test database, from a connection outside
+    the pool (this thread may hold a pooled one), and wait until they are gone; their pids."""
+    with psycopg.connect(dsn_from_settings(connection.settings_dict), autocommit=True) as own:
+        pids = set(own.execute(
+            "SELECT array_agg(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0] or ())
+        own.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
+                    [list(pids)])
 
-    def gone() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
-                           [list(pids)])
-            return cursor.fetchone()[0] == 0
+        def gone() -> bool:
+            return own.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
+                               [list(pids)]).fetchone()[0] == 0
 
-    wait_until(gone, 30, lambda: f"sessions {pids} still there")
+        wait_until(gone, 30, lambda: f"sessions {pids} still there")
     return pids
 
 
 def fill_the_pool_then_end_its_sessions() -> set[int]:
+    connection.close()  # this thread's too goes back to the pool, and dies with the others
     pids = held_at_once(POOLED)
     assert len(pids) == POOLED and connection.pool.get_stats()["pool_available"] >= POOLED
     ended = end_every_other_session()
     assert pids <= ended
-    connection.close()  # the terminating session goes back healthy, behind the dead ones
     return pids
 
 
