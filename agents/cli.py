@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from agents import __version__
@@ -103,14 +104,20 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
                 supervision.close()
             shipper.close(timeout=5.0)
             sources.close()
-    # One line an operator (and the fault suite) can account by: every batch this run made is
-    # delivered, dropped (refused for good), evicted from the spool or still waiting in it.
+        # Said while SIGTERM is still ours: a second one (systemd, a harness) must not kill
+        # the process between the spooling above and this line.
+        _log_stop(builder, shipper, spool)
+    return 0
+
+
+def _log_stop(builder: BatchBuilder, shipper: Shipper, spool: Spool) -> None:
+    """One line an operator (and the fault suite) can account by: every batch this run made is
+    delivered, dropped (refused for good), evicted from the spool or still waiting in it."""
     evicted = spool.evictions()
     log.info("stopped: boot %s made %d batches (seq 1-%d); %d delivered, %d dropped, "
-                "%d evicted and not yet reported; %d batches wait in the spool",
-                builder.boot_id, builder.seq, builder.seq, shipper.delivered_batches,
-                shipper.dropped_batches, evicted[0], len(spool))
-    return 0
+             "%d evicted and not yet reported; %d batches wait in the spool",
+             builder.boot_id, builder.seq, builder.seq, shipper.delivered_batches,
+             shipper.dropped_batches, evicted[0], len(spool))
 
 
 class _Supervision:
@@ -157,17 +164,39 @@ def _sim_state_source() -> Callable[[str], Any] | None:
 
 @contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGTERM and SIGINT end the loop; the unsent batches then go to the spool."""
+    """SIGTERM and SIGINT end the loop; the unsent batches then go to the spool.
+
+    The handler only writes a byte to a pipe and a thread of its own sets ``stop``: a handler
+    that set the Event itself would deadlock if the signal came while the main thread held
+    that Event's lock (inside ``stop.wait``), leaving the agent deaf to SIGTERM."""
     handled = (signal.SIGTERM, signal.SIGINT)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    relay = threading.Thread(target=_relay, args=(read_fd, stop), name="signals", daemon=True)
     try:
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in handled}
+        previous = {sig: signal.signal(sig, lambda *_: _poke(write_fd)) for sig in handled}
     except ValueError:  # not the main thread (embedded use): the caller stops us
         previous = {}
+    relay.start()
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        os.close(write_fd)  # the relay reads end-of-file and ends
+        relay.join(timeout=1.0)
+        os.close(read_fd)
+
+
+def _poke(write_fd: int) -> None:
+    # Non-blocking: a storm of signals fills the pipe, and stop is set already by then.
+    with suppress(OSError):
+        os.write(write_fd, b"\0")
+
+
+def _relay(read_fd: int, stop: threading.Event) -> None:
+    if os.read(read_fd, 1):  # b"" when the context ends without a signal
+        stop.set()
 
 
 def build_sources(config: AgentConfig, warn: Warn, require_gpus: bool) -> Sources:
