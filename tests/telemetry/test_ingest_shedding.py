@@ -111,3 +111,23 @@ def test_requests_within_the_limits_are_not_shed(ingest, host_token):
     answers = [ingest.post(batch(seq=seq), host_token)[0] for seq in (1, 2, 3)]
     assert answers == [200, 200, 200]
     assert stored_rows() != NOTHING
+
+
+def test_a_shed_request_makes_the_writer_flush_what_waits(ingest, host_token):
+    """While requests are shed no companions come for the waiting batches: the writer flushes
+    them at once instead of waiting out its window (which would cap the throughput at the
+    requests allowed in flight per window)."""
+    app, writer = ingest.app, ingest.app.writer
+    writer.flush_s, writer.flush_rows = 600, 10**9  # only a shed can make it flush now
+    app.max_in_flight = 1
+
+    async def scenario() -> tuple[Request, Request]:
+        held = asyncio.ensure_future(Request(batch(seq=1), host_token).send_to(app))
+        await await_until(lambda: writer.queued_rows, "the writer never got the batch", 30)
+        shed = await Request(batch(seq=2), host_token).send_to(app)
+        return await asyncio.wait_for(held, 30), shed
+
+    held, shed = ingest.run(scenario())
+    assert_shed(shed, "requests", app.retry_after_s)
+    assert (held.status, held.reply["accepted"]) == (200, 1)
+    assert stored_rows()["host"] == 1
