@@ -13,6 +13,9 @@ Redis outage stops alert evaluation: beat's publishes fail and the worker receiv
 - Every other entry (rollups, packing, partitions, tuning passes) is not run: it is counted
   as delayed, and sent once when the broker answers again (their work is a watermark that
   catches up: nothing is lost, it is late).
+- Beat keeps running the alert cycle for ``WORKER_RECONNECT_S`` after the broker answers
+  again: the worker reconnects on its own schedule (every 2, 4, 6 … up to 30 s) and would
+  otherwise leave a gap in evaluation after a long outage.
 - Every publish of beat is one attempt and one reconnection, without waiting (``ONE_TRY``), on
   a connection of its own whose sockets time out (``BEAT_TRANSPORT``): a refused connection
   costs milliseconds, a silent Redis (no TCP reset: a partition, a stalled server) at most
@@ -40,6 +43,10 @@ from kombu.utils.objects import cached_property
 log = logging.getLogger(__name__)
 
 PROBE_S = 5.0  # while the broker is down, one publish attempt this often
+# The worker retries its broker connection 2, 4, 6 … up to 30 s apart (kombu's
+# ensure_connection, which Celery calls with no intervals): after an outage beat runs the
+# alert cycle this long more, so that no cycle waits in the queue for a worker still asleep.
+WORKER_RECONNECT_S = 30.0
 # The retry policy of beat's publishes: one reconnection at once (a connection from before an
 # outage fails its first command even when Redis is back), no waiting. Celery's default (three
 # retries, up to 0.6 s of sleep) would make each tick of an outage slower, on a silent Redis by
@@ -88,6 +95,7 @@ class Outage:
     def __init__(self) -> None:
         self.since: float | None = None  # time.monotonic() of the first failed publish
         self.next_probe = 0.0
+        self.cycle_here_until = 0.0  # time.monotonic() until which beat runs the alert cycle
         self.delayed: Counter[str] = Counter()  # entry name -> runs not sent
         self.ran_in_beat: Counter[str] = Counter()
 
@@ -110,10 +118,16 @@ class Outage:
         """Log the end of the outage; its length in seconds and the entries delayed."""
         lasted, delayed = time.monotonic() - (self.since or time.monotonic()), self.delayed
         log.warning("beat: the broker answers again after %.0f s; alert cycle steps run by "
-                    "beat: %s; delayed, sent now: %s", lasted, _counts(self.ran_in_beat),
-                    _counts(delayed) or "nothing")
+                    "beat: %s; delayed, sent now: %s; beat runs the alert cycle %.0f s more, "
+                    "while the worker reconnects", lasted, _counts(self.ran_in_beat),
+                    _counts(delayed) or "nothing", WORKER_RECONNECT_S)
         self.since, self.delayed, self.ran_in_beat = None, Counter(), Counter()
+        self.cycle_here_until = time.monotonic() + WORKER_RECONNECT_S
         return lasted, delayed
+
+    def cycle_here(self) -> bool:
+        """Whether the broker came back so recently that the worker may still be away."""
+        return time.monotonic() < self.cycle_here_until
 
 
 class Scheduler(PersistentScheduler):
@@ -136,6 +150,8 @@ class Scheduler(PersistentScheduler):
         outage = self.outage
         if outage.down and not outage.probe_due():
             return self._without_broker(entry)
+        if not outage.down and entry.task in IN_BEAT and outage.cycle_here():
+            return self._without_broker(entry)  # the broker is back, the worker maybe not
         try:
             result = super().apply_async(_one_try(entry), producer=producer, advance=advance,
                                          **kwargs)
@@ -153,7 +169,8 @@ class Scheduler(PersistentScheduler):
         if run is None:
             self.outage.delayed[entry.name] += 1
             return
-        self.outage.ran_in_beat[entry.name] += 1
+        if self.outage.down:
+            self.outage.ran_in_beat[entry.name] += 1
         _run_here(entry.name, run)
 
     def _catch_up(self, delayed: Counter[str], producer, sent: str) -> None:
