@@ -7,7 +7,8 @@ alert cycle itself while it cannot publish (controlplane/beat.py), so a rule cre
 outage fires, and its webhook is delivered, before Redis returns. Live push stops: the open
 socket is closed with 1013 (try again), and so is one opened during the outage. When Redis is
 back, without restarting anything: beat publishes again and sends the tasks it delayed, the
-worker runs them (a rollup), and a new socket receives live events.
+worker runs them (a rollup), a new socket receives live events, and once the worker has had
+time to reconnect beat hands the alert cycle back to it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ EVERY_S = 5  # the checks during the outage: a probe post, a history read, the c
 WAIT_S = 120  # only so that a broken build fails instead of hanging; never asserted on
 CANARY = "Redis-down canary: GPU above 20 °C"  # the simulated GPUs idle at 30 °C and up
 ROLL_UP = "controlplane.telemetry.tasks.roll_up"
+EVALUATE = "controlplane.alerts.tasks.evaluate_rules"
 
 
 def make_canary(receiver: HookReceiver) -> AlertRule:
@@ -214,6 +216,7 @@ def test_redis_down_for_two_minutes_stops_only_live_push_and_everything_resumes_
               "live": lambda: browser.try_live()[0] == "event"}
 
     def all_back() -> bool:
+        evaluations.add(last_evaluated(rule.id) or 0.0)
         for name, check in checks.items():
             if name not in back and check():
                 back[name] = time.time() - up_at
@@ -222,6 +225,13 @@ def test_redis_down_for_two_minutes_stops_only_live_push_and_everything_resumes_
     wait_until(all_back, WAIT_S, lambda: f"back: {back}\nbeat:\n{stack.log('beat')[-2000:]}"
                                          f"\nworker:\n{stack.log('worker')[-2000:]}")
     beat_s, worker_s, live = back["beat"], back["worker"], back["live"]
+    # Beat hands the alert cycle back to the worker (WORKER_RECONNECT_S after the start).
+    wait_until(lambda: evaluations.add(last_evaluated(rule.id) or 0.0)
+               or worker_ran(stack, EVALUATE, worker_log_at), WAIT_S,
+               lambda: f"the worker never evaluated again:\n{stack.log('worker')[-2000:]}",
+               every=1)
+    handed_back_s = time.time() - up_at
+    evaluations.add(last_evaluated(rule.id) or 0.0)
     probe.post()
     alive = [stack.services[name].running() for name in ("web", "worker", "beat")]
     fleet.wait_drained(60)
@@ -230,6 +240,8 @@ def test_redis_down_for_two_minutes_stops_only_live_push_and_everything_resumes_
 
     account = fleet.account()
     evaluated_during = sorted(t for t in evaluations if down_at < t < up_at)
+    evaluated = sorted(t for t in evaluations if t > down_at)
+    longest_gap = max(b - a for a, b in zip(evaluated, evaluated[1:], strict=False))
     newest_lag = max(read_at - (newest or 0) for _, newest, read_at in history)
     record_account(
         "4. Redis down", account, injected="redis-server stopped, started again empty",
@@ -245,10 +257,14 @@ def test_redis_down_for_two_minutes_stops_only_live_push_and_everything_resumes_
               f"live socket closed with {watcher.closed and watcher.closed[0]}, a new one "
               f"with {during_socket[1]}; after the start: beat published again after "
               f"{beat_s:.1f} s, the worker ran a rollup after {worker_s:.1f} s, a new socket "
-              f"had live events after {live:.1f} s; no process restarted; recovery: the "
-              f"slowest of the three",
+              f"had live events after {live:.1f} s, the worker evaluated again after "
+              f"{handed_back_s:.0f} s; the canary's longest gap between two evaluations, "
+              f"from its creation on: {longest_gap:.0f} s (interval 10 s); no process "
+              f"restarted; recovery: the slowest of beat, worker and live push",
         beat_s=round(beat_s, 1), worker_s=round(worker_s, 1), live_s=round(live, 1),
-        canary_fired_s=None if fired is None else round(fired - down_at, 1))
+        canary_fired_s=None if fired is None else round(fired - down_at, 1),
+        worker_evaluates_again_s=round(handed_back_s, 1),
+        longest_evaluation_gap_s=round(longest_gap, 1))
 
     assert not fleet.crashed()
     assert account.lost == 0, account.hosts_short()
