@@ -197,9 +197,14 @@ class ClockWatch:
     def observe(self, reply: Reply, after_cut: bool = False) -> None:
         """``after_cut``: a success while batches a clock refusal held back still wait."""
         if reply.clock_refusal:
-            self._say("refused", f"the server refuses samples as too far in the future: "
-                      f"{_describe_skew(reply.skew)}; they stay spooled and are sent once the "
-                      "server's clock reaches them: check NTP here and on the server")
+            if reply.skew is not None and abs(reply.skew) < CLOCK_SKEW_WARN_S:
+                # Batches made before this host's clock was set right (a restart after NTP).
+                why = ("they were made while this host's clock was ahead (it now agrees with "
+                       "the server's)")
+            else:
+                why = f"{_describe_skew(reply.skew)}: check NTP here and on the server"
+            self._say("refused", f"the server refuses samples as too far in the future: {why}; "
+                      "they stay spooled and are sent once the server's clock reaches them")
             return
         if not 200 <= reply.status < 300 or after_cut or reply.skew is None:
             return

@@ -147,3 +147,15 @@ def test_a_host_behind_the_server_is_told_once_and_its_samples_are_sent(fake_ing
     h.shipper.submit(batch(4))
     h.drain()
     assert h.warnings[1:] == ["clock: recovered"]
+
+
+def test_batches_held_from_before_the_clock_was_fixed_are_said_so(fake_ingest, tmp_path):
+    fake_ingest.max_skew = 300
+    h = Harness(fake_ingest.url, tmp_path)
+    h.spool.append(batch(1, ts=time.time() + 900))  # made while this host's clock was ahead
+
+    h.shipper.step()
+
+    [line] = h.warnings
+    assert "they were made while this host's clock was ahead (it now agrees" in line
+    assert len(h.spool) == 1 and h.shipper.dropped_batches == 0
