@@ -1,17 +1,30 @@
 """Delivering Notification rows: claim, one attempt, record the outcome; channels; tests.
 
 The rows are the queue. ``claim`` moves a due row to "sending" with a conditional UPDATE, so
-two workers never send one row at once; the claim is a lease (``LEASE``): a worker that dies
+two workers never send one row at once; the claim is a lease (``lease()``): a worker that dies
 mid-attempt leaves the row claimable again once it runs out, and the receiver drops the
-repeat by the notification id.
+repeat by the notification id (the same on every attempt).
+
+Channels are isolated: a worker attempts a channel's rows only while it holds the channel's
+turn, a PostgreSQL session advisory lock (``channel_turn``). So at most one attempt per
+channel is in flight, a slow or failing receiver holds one worker slot and no more (other
+channels' deliveries run in the other slots: tasks.deliver_due queues one task per channel),
+and a worker that is killed frees the turn with its session, at once. A lease that runs out
+while its attempt is still in flight (a slow receiver) cannot start a second attempt on the
+same channel: the turn is still held.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connection
 from django.db.models import F
 from django.utils import timezone
 
@@ -36,12 +49,70 @@ from controlplane.alerts.transports import (
     get_transport,
     make_test_notification,
 )
+from controlplane.alerts.transports.base import attempt_timeout
 
 log = logging.getLogger(__name__)
 
-# Longer than any transport's timeout (10 s) with room for a slow SMTP conversation.
-LEASE = timedelta(minutes=2)
+# The claim's lease when none is configured: two minutes, or four attempt timeouts if longer
+# (an SMTP conversation waits up to one timeout per reply).
+DEFAULT_LEASE_S = 120
+LEASE_TIMEOUTS = 4
+# A configured lease must outlast one request's timeout by this much at least.
+LEASE_MARGIN_S = 10
 RETRY_AFTER_CAP_S = 3600
+# The advisory lock space of channel turns: pg_try_advisory_lock(hashtext(this), channel id).
+TURN_LOCK_NAME = "pitwall.delivery.channel"
+# deliver_channel stops taking more rows after this long (the next tick continues), so that a
+# long backlog on a slow receiver gives its worker slot back now and then.
+CHANNEL_BUDGET_S = 300
+
+
+def lease_s() -> float:
+    """Seconds a claim lasts: ``PITWALL["ALERT_DELIVERY_LEASE_S"]`` (the environment's
+    PITWALL_ALERT_DELIVERY_LEASE_S when settings do not name it), else the default above.
+    A killed worker's rows are attempted again this long after its claim."""
+    timeout = attempt_timeout()
+    configured = setting("ALERT_DELIVERY_LEASE_S", None) or os.environ.get(
+        "PITWALL_ALERT_DELIVERY_LEASE_S")
+    if not configured:
+        return float(max(DEFAULT_LEASE_S, LEASE_TIMEOUTS * timeout))
+    lease = float(configured)
+    if lease < timeout + LEASE_MARGIN_S:
+        raise ImproperlyConfigured(
+            f"ALERT_DELIVERY_LEASE_S ({lease:g}) must be at least ALERT_DELIVERY_TIMEOUT_S "
+            f"({timeout:g}) + {LEASE_MARGIN_S} s: a lease that ends before its attempt could "
+            "can send a notification twice")
+    return lease
+
+
+def lease() -> timedelta:
+    return timedelta(seconds=lease_s())
+
+
+@contextmanager
+def channel_turn(channel_id: int) -> Iterator[bool]:
+    """Whether this worker got the channel's turn (False: another worker is attempting one of
+    its rows). A session lock, not a transaction's: it lasts across the attempt's own commits,
+    and a worker killed mid-attempt loses its session and so the lock."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%(space)s), %(channel)s)",
+                       {"space": TURN_LOCK_NAME, "channel": channel_id})
+        held = bool(cursor.fetchone()[0])
+    try:
+        yield held
+    finally:
+        if held:
+            release_turn(channel_id)
+
+
+def release_turn(channel_id: int) -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%(space)s), %(channel)s)",
+                           {"space": TURN_LOCK_NAME, "channel": channel_id})
+    except DatabaseError:  # the session is gone (a restarted server): so is its lock
+        log.warning("channel %s: could not release its delivery turn", channel_id,
+                    exc_info=True)
 
 
 def backoff(attempts: int, retry_after: int | None = None) -> float:
@@ -60,19 +131,49 @@ def claim(notification_id: int, now: datetime) -> bool:
     return Notification.objects.filter(
         id=notification_id, state__in=CLAIMABLE, next_attempt_at__lte=now,
     ).update(state=DeliveryState.SENDING, attempts=F("attempts") + 1, last_attempt_at=now,
-             next_attempt_at=now + LEASE) == 1
+             next_attempt_at=now + lease()) == 1
 
 
-def due_ids(now: datetime, limit: int = 100) -> list[int]:
+def due_rows(now: datetime, channel_id: int | None = None):
     # Uses the partial index "notification_due".
-    return list(Notification.objects.filter(state__in=CLAIMABLE, next_attempt_at__lte=now)
-                .order_by("next_attempt_at").values_list("id", flat=True)[:limit])
+    rows = Notification.objects.filter(state__in=CLAIMABLE, next_attempt_at__lte=now)
+    return rows if channel_id is None else rows.filter(channel_id=channel_id)
+
+
+def due_ids(now: datetime, limit: int = 100, channel_id: int | None = None) -> list[int]:
+    return list(due_rows(now, channel_id).order_by("next_attempt_at")
+                .values_list("id", flat=True)[:limit])
+
+
+def due_channels(now: datetime | None = None) -> list[int]:
+    """The channels with a row to attempt now."""
+    now = now or timezone.now()
+    return sorted(set(due_rows(now).values_list("channel_id", flat=True).distinct()))
 
 
 def deliver_due(now: datetime | None = None, limit: int = 100) -> list[Notification]:
-    """Attempt every due row (at most ``limit``); the rows this call attempted."""
-    now = now or timezone.now()
-    return [row for row_id in due_ids(now, limit) if (row := deliver(row_id, now))]
+    """Every due row of every channel not busy elsewhere (at most ``limit`` per channel), in
+    this process, one channel after another: beat's path while the broker is down, and
+    tests'. The worker's task runs each channel in a task of its own instead."""
+    return [row for channel_id in due_channels(now)
+            for row in deliver_channel(channel_id, now, limit) or []]
+
+
+def deliver_channel(channel_id: int, now: datetime | None = None,
+                    limit: int = 100) -> list[Notification] | None:
+    """The channel's due rows one after another, holding its turn; None when another worker
+    holds it (its rows stay due: that worker, or the next tick, attempts them)."""
+    with channel_turn(channel_id) as mine:
+        if not mine:
+            return None
+        started = timezone.now()
+        attempted = []
+        for row_id in due_ids(now or started, limit, channel_id):
+            if (timezone.now() - started).total_seconds() > CHANNEL_BUDGET_S:
+                break
+            if row := attempt(row_id, now or timezone.now()):
+                attempted.append(row)
+        return attempted
 
 
 def message_from_payload(payload: dict) -> Message:
@@ -86,7 +187,19 @@ def message_from_payload(payload: dict) -> Message:
 
 
 def deliver(notification_id: int, now: datetime | None = None) -> Notification | None:
-    """One attempt of one row if it is due; None when it is not (sent, or claimed elsewhere)."""
+    """One attempt of one row if it is due and its channel's turn is free; None when it is
+    not (sent, claimed elsewhere, or the channel busy with another attempt)."""
+    channel_id = (Notification.objects.filter(id=notification_id)
+                  .values_list("channel_id", flat=True).first())
+    if channel_id is None:
+        return None
+    with channel_turn(channel_id) as mine:
+        return attempt(notification_id, now) if mine else None
+
+
+def attempt(notification_id: int, now: datetime | None = None) -> Notification | None:
+    """One attempt of one row if it is due (the caller holds its channel's turn, or is a
+    test send, which does not wait for one)."""
     now = now or timezone.now()
     if not claim(notification_id, now):
         return None

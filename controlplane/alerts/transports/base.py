@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from django.conf import settings
+
 from .message import Notification
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def attempt_timeout() -> float:
+    """Seconds one attempt may wait on its receiver (each connect, read or SMTP reply):
+    ``PITWALL["ALERT_DELIVERY_TIMEOUT_S"]``, read when a transport is made so a change (and
+    a test's) applies to the next attempt. A receiver that answers in 10 s is slow, not down."""
+    return float(settings.PITWALL.get("ALERT_DELIVERY_TIMEOUT_S", DEFAULT_TIMEOUT_S))
 
 
 class ConfigError(ValueError):

@@ -10,17 +10,23 @@ from django.core.mail import EmailMultiAlternatives, get_connection
 from django.core.validators import validate_email
 from django.template.loader import render_to_string
 
-from .base import ConfigError, DeliveryResult, Transport, TransportError
+from .base import ConfigError, DeliveryResult, Transport, TransportError, attempt_timeout
 from .message import Notification
+
+MESSAGE_ID_DOMAIN = "notifications.pitwall"
+
+
+def message_id(notification_id: str) -> str:
+    """The Message-ID of a notification's e-mail, from its id alone (stable across attempts,
+    where Django would make a new one for each send)."""
+    return f"<{notification_id}@{MESSAGE_ID_DOMAIN}>"
 
 
 class EmailTransport(Transport):
     label = "E-mail"
-    timeout: float = 10.0
-
     def __init__(self, timeout: float | None = None):
-        if timeout is not None:
-            self.timeout = timeout
+        # None: the setting ALERT_DELIVERY_TIMEOUT_S, for each SMTP connect and reply.
+        self.timeout = attempt_timeout() if timeout is None else timeout
 
     def validate_config(self, config: dict[str, Any]) -> dict[str, Any]:
         to = config.get("to")
@@ -46,7 +52,10 @@ class EmailTransport(Transport):
             subject=message.title,
             body=render_to_string("emails/alert.txt", context),
             to=config["to"],
-            headers={"X-Pitwall-Notification-Id": message.id},
+            # The same on every attempt of one notification: a mail system (or a reader's
+            # client) that got the first attempt can drop the repeat by it.
+            headers={"X-Pitwall-Notification-Id": message.id,
+                     "Message-ID": message_id(message.id)},
             connection=get_connection(timeout=self.timeout),
         )
         mail.attach_alternative(render_to_string("emails/alert.html", context), "text/html")

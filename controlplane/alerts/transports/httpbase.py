@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from .base import ConfigError, DeliveryResult, Transport, TransportError
+from .base import ConfigError, DeliveryResult, Transport, TransportError, attempt_timeout
 from .message import Notification
 
 USER_AGENT = "Pitwall-Alerts/1"
@@ -227,12 +227,11 @@ def classify(status: int, body: bytes, retry_after: str | None) -> DeliveryResul
 class HttpTransport(Transport):
     """Subclasses say what to send (``payload``); this class sends it once and classifies."""
 
-    timeout: float = 10.0
     requires_secret: ClassVar[bool] = False
 
     def __init__(self, timeout: float | None = None, tls: ssl.SSLContext | None = None):
-        if timeout is not None:
-            self.timeout = timeout
+        # None: the setting ALERT_DELIVERY_TIMEOUT_S (base.attempt_timeout).
+        self.timeout = attempt_timeout() if timeout is None else timeout
         # None: the system's trusted CAs. A context of its own serves a private CA.
         self.tls = tls
 

@@ -81,7 +81,7 @@ def test_a_row_is_claimed_by_one_worker_only(webhook):
     assert service.claim(row_id, at(30))
     assert not service.claim(row_id, at(30))
     # A worker that died mid-attempt: the lease runs out and the row is claimable again.
-    assert service.claim(row_id, at(30) + service.LEASE)
+    assert service.claim(row_id, at(30) + service.lease())
 
 
 def test_retry_after_from_the_receiver_is_honoured(webhook, receiver):

@@ -34,8 +34,10 @@ def server_children(opts: dict, var: Path) -> list[Child]:
                       "--host", opts["host"], "--port", str(opts["port"]),
                       "--workers", str(opts["web_workers"]), "--log-level", "warning",
                       "--no-access-log"], env),
+        # Two slots at least: a slow notification receiver holds one (one attempt per channel
+        # at a time, alerts/delivery/service.py), the alert cycle and other channels the other.
         Child("celery-worker", [python(), "-m", "celery", "-A", "controlplane", "worker",
-                                *celery_log, "--concurrency", "1"], env),
+                                *celery_log, "--concurrency", "2"], env),
         Child("celery-beat", [python(), "-m", "celery", "-A", "controlplane", "beat",
                               *celery_log, "--schedule", str(var / "celerybeat-schedule")], env),
     ]
