@@ -80,8 +80,8 @@ def lease_s() -> float:
     if lease < timeout + LEASE_MARGIN_S:
         raise ImproperlyConfigured(
             f"ALERT_DELIVERY_LEASE_S ({lease:g}) must be at least ALERT_DELIVERY_TIMEOUT_S "
-            f"({timeout:g}) + {LEASE_MARGIN_S} s: a lease that ends before its attempt could "
-            "can send a notification twice")
+            f"({timeout:g}) + {LEASE_MARGIN_S} s: a lease that ends before its attempt does "
+            "lets another worker send the notification again meanwhile")
     return lease
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_init
+from django.core.exceptions import ImproperlyConfigured
 from django.db import OperationalError
 
 from controlplane.alerts.delivery import dispatch as dispatching
@@ -22,9 +23,12 @@ from controlplane.alerts.delivery.models import Channel, Notification
 
 @worker_init.connect
 def check_lease(**_: Any) -> None:
-    """A lease shorter than an attempt's timeout stops the worker at start (ImproperlyConfigured
-    names both settings), not at its first delivery."""
-    service.lease_s()
+    """A lease shorter than an attempt's timeout stops the worker at start, not at its first
+    delivery. SystemExit: Celery logs and swallows a signal handler's Exception."""
+    try:
+        service.lease_s()
+    except ImproperlyConfigured as exc:
+        raise SystemExit(f"pitwall: {exc}") from exc
 
 
 @shared_task(autoretry_for=(OperationalError,), retry_backoff=True, retry_jitter=True,
