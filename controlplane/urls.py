@@ -12,3 +12,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
 ]
+
+# 503 + Retry-After while the database is unreachable; any other error stays a 500.
+handler500 = "controlplane.web.views.errors.server_error"
