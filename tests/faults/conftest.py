@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 from tests.faults.harness import Fleet, PrivatePostgres, Stack
 from tests.support.live import RedisServer
@@ -50,6 +51,9 @@ def stack(transactional_db, private_pg, private_redis, tmp_path: Path) -> Iterat
     if not private_pg.answers():
         private_pg.start()
     control_plane.stop()
+    # This process's own connections may predate a restart of the cluster: Django's flush
+    # after the test must not get a dead one.
+    connections.close_all()
 
 
 @pytest.fixture
