@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from controlplane.alerts.delivery.dispatch import external_url, setting
@@ -134,7 +134,7 @@ def claim(notification_id: int, now: datetime) -> bool:
              next_attempt_at=now + lease()) == 1
 
 
-def due_rows(now: datetime, channel_id: int | None = None):
+def due_rows(now: datetime, channel_id: int | None = None) -> QuerySet[Notification]:
     # Uses the partial index "notification_due".
     rows = Notification.objects.filter(state__in=CLAIMABLE, next_attempt_at__lte=now)
     return rows if channel_id is None else rows.filter(channel_id=channel_id)
