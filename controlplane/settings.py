@@ -326,9 +326,11 @@ PITWALL = {
     # (docs/webhooks.md): a rule's receiver must not become a way into the internal network.
     "ALERT_ALLOW_PRIVATE_WEBHOOKS": envbool("PITWALL_ALERT_ALLOW_PRIVATE_WEBHOOKS", False),
     # One delivery attempt (an HTTP request, an SMTP conversation) gives up after this many
-    # seconds; a receiver that takes 10 s per request is slow, not down. The claim's lease
-    # (alerts/delivery/service.LEASE) must stay well above it.
+    # seconds; a receiver that takes 10 s per request is slow, not down. The claim's lease (a
+    # worker killed mid-attempt leaves its row this long) must outlast it by 10 s: 0 means
+    # max(120 s, 4 timeouts) (alerts/delivery/service.lease_s).
     "ALERT_DELIVERY_TIMEOUT_S": envint("PITWALL_ALERT_DELIVERY_TIMEOUT_S", 30, minimum=1),
+    "ALERT_DELIVERY_LEASE_S": envint("PITWALL_ALERT_DELIVERY_LEASE_S", 0, minimum=0),
     # A silence lasts at most this many days after it starts (longer: a 400 naming ends_at).
     "ALERT_SILENCE_MAX_DAYS": envint("PITWALL_ALERT_SILENCE_MAX_DAYS", 90, minimum=1),
     # Each statement of a rule preview or a series read is cancelled after this many seconds

@@ -17,7 +17,6 @@ same channel: the turn is still held.
 from __future__ import annotations
 
 import logging
-import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,12 +67,10 @@ CHANNEL_BUDGET_S = 300
 
 
 def lease_s() -> float:
-    """Seconds a claim lasts: ``PITWALL["ALERT_DELIVERY_LEASE_S"]`` (the environment's
-    PITWALL_ALERT_DELIVERY_LEASE_S when settings do not name it), else the default above.
-    A killed worker's rows are attempted again this long after its claim."""
+    """Seconds a claim lasts: ``PITWALL["ALERT_DELIVERY_LEASE_S"]``, else (0) the default
+    above. A killed worker's rows are attempted again this long after its claim."""
     timeout = attempt_timeout()
-    configured = setting("ALERT_DELIVERY_LEASE_S", None) or os.environ.get(
-        "PITWALL_ALERT_DELIVERY_LEASE_S")
+    configured = setting("ALERT_DELIVERY_LEASE_S", 0)
     if not configured:
         return float(max(DEFAULT_LEASE_S, LEASE_TIMEOUTS * timeout))
     lease = float(configured)
