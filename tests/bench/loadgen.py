@@ -115,6 +115,11 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def post(self, token: str, body: bytes) -> tuple[int, bytes]:
+        status, _, payload = await self.exchange(token, body)
+        return status, payload
+
+    async def exchange(self, token: str, body: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
+        """One POST on the kept-alive connection: status, headers (lower-case names), body."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         self.writer.write(b"".join((
@@ -122,15 +127,17 @@ class Connection:
             b"Content-Type: application/json\r\nAuthorization: Bearer ", token.encode(),
             b"\r\nContent-Length: ", str(len(body)).encode(), b"\r\n\r\n", body)))
         status_line = await self.reader.readline()
-        length = 0
+        headers = {}
         while True:
             line = await self.reader.readline()
             if line in (b"\r\n", b""):
                 break
-            if line[:15].lower() == b"content-length:":
-                length = int(line[15:])
-        payload = await self.reader.readexactly(length)
-        return int(status_line.split(b" ", 2)[1]), payload
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        payload = await self.reader.readexactly(int(headers.get(b"content-length", 0)))
+        if headers.get(b"connection") == b"close":
+            self.close()
+        return int(status_line.split(b" ", 2)[1]), headers, payload
 
     def close(self) -> None:
         if self.writer is not None:

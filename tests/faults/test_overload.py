@@ -67,30 +67,6 @@ class Load:
             self.shed[reason] = self.shed.get(reason, 0) + 1
 
 
-class Connection(loadgen.Connection):
-    """loadgen's keep-alive connection, keeping the reply's headers."""
-
-    async def post_with_headers(self, token: str, body: bytes) -> tuple[int, dict, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self.writer.write(b"".join((
-            b"POST /api/v1/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nAuthorization: Bearer ", token.encode(),
-            b"\r\nContent-Length: ", str(len(body)).encode(), b"\r\n\r\n", body)))
-        status_line = await self.reader.readline()
-        headers = {}
-        while True:
-            line = await self.reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower()] = value.strip()
-        payload = await self.reader.readexactly(int(headers.get(b"content-length", 0)))
-        if headers.get(b"connection") == b"close":
-            self.close()
-        return int(status_line.split(b" ", 2)[1]), headers, payload
-
-
 def generator_agents(n: int) -> list[loadgen.Agent]:
     """Hosts and tokens of the generator's own, made in bulk (one by one is minutes)."""
     from controlplane.fleet.models import AgentToken, Host
@@ -114,8 +90,8 @@ async def register(agents: list[loadgen.Agent], port: int) -> None:
         async with semaphore:
             body = agent.first_body()
             for _ in range(600):
-                conn = Connection(port)
-                status, _, payload = await conn.post_with_headers(agent.token, body)
+                conn = loadgen.Connection(port)
+                status, _, payload = await conn.exchange(agent.token, body)
                 conn.close()
                 if status == 200:
                     return
@@ -129,7 +105,7 @@ async def register(agents: list[loadgen.Agent], port: int) -> None:
 async def offer(agent: loadgen.Agent, port: int, until: float, load: Load) -> None:
     """A batch every GENERATOR_INTERVAL_S; a late one is sent as soon as the reply came.
     Retry-After is ignored on purpose: this is load, not an agent."""
-    conn = Connection(port)
+    conn = loadgen.Connection(port)
     load.ok.setdefault(agent.hostname, [])
     await asyncio.sleep(GENERATOR_INTERVAL_S * (hash(agent.hostname) % 100) / 100)
     next_at = time.monotonic()
@@ -139,7 +115,7 @@ async def offer(agent: loadgen.Agent, port: int, until: float, load: Load) -> No
         body = b"".join((agent.head, str(agent.seq).encode(), agent.middle,
                          repr(ts).encode(), agent.tail))
         try:
-            status, headers, payload = await conn.post_with_headers(agent.token, body)
+            status, headers, payload = await conn.exchange(agent.token, body)
         except (OSError, asyncio.IncompleteReadError) as exc:
             conn.close()
             load.other[type(exc).__name__] = load.other.get(type(exc).__name__, 0) + 1
