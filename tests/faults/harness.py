@@ -532,6 +532,10 @@ def record(case: str, *, injected: str, duration_s: float, unit: str, expected: 
 def record_account(case: str, account: Account, *, injected: str, duration_s: float,
                    recovery_s: float | None, notes: str = "", **extra: Any) -> None:
     """``record`` for a fleet's samples."""
+    if account.waiting:
+        # Stored falls short of expected by these without a loss: say so where it shows.
+        notes += (f"{'; ' if notes else ''}{account.waiting} batch(es) made in the last second "
+                  "waited in a spool at the stop (sent at the next start, not lost)")
     record(case, injected=injected, duration_s=duration_s, unit="samples",
            expected=account.expected, stored=account.stored, lost=account.lost,
            duplicated=account.duplicated, recovery_s=recovery_s, notes=notes,
