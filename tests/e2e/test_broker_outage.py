@@ -9,17 +9,21 @@ beat's tasks again, the delayed rollup first.
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
 
-from controlplane.alerts.delivery import service
-from controlplane.alerts.delivery.models import Route
 from controlplane.alerts.models import AlertEvent, AlertRule
 from controlplane.fleet.models import Gpu, Host
+from tests.alerts.delivery.helpers import route_to_webhook
 from tests.e2e.test_celery_alerts import Feed, alertnames, status_of
-from tests.support.live import HookReceiver, Process, RedisServer, server_env
+from tests.support.live import (
+    HookReceiver,
+    Process,
+    RedisServer,
+    celery_worker_and_beat,
+    server_env,
+)
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.slow(seconds=40)
@@ -33,14 +37,7 @@ def make_rule_and_route(receiver: HookReceiver) -> None:
                      threshold=85, for_s=2, severity="critical", summary="{host}: {value:.0f}")
     rule.full_clean()
     rule.save()
-    channel = service.create_channel(name="e2e-broker-down", kind="webhook",
-                                     config={"url": receiver.url, "secret": "s3cret-broker"})
-    route = Route(name="e2e-broker-down", group_wait_s=0, group_interval_s=1,
-                  repeat_interval_s=3600,
-                  matchers=[{"label": "alertname", "op": "=", "value": HOT}])
-    route.full_clean()
-    route.save()
-    route.channels.set([channel])
+    route_to_webhook(HOT, receiver.url, name="e2e-broker-down", secret="s3cret-broker")
 
 
 def ran_by_worker(worker: Process, task: str, after: int) -> int:
@@ -59,11 +56,7 @@ def test_alerts_fire_while_redis_is_down_and_beat_and_worker_go_on_when_it_retur
     env = {**server_env(), "REDIS_URL": broker.url, "CELERY_BROKER_URL": broker.url,
            "PITWALL_ALERT_EVAL_INTERVAL_S": "1", "PITWALL_ALERT_DISPATCH_INTERVAL_S": "1",
            "PITWALL_ROLLUP_INTERVAL_S": "2", "PITWALL_ALERT_ALLOW_PRIVATE_WEBHOOKS": "true"}
-    celery = [sys.executable, "-m", "celery", "-A", "controlplane"]
-    worker = Process([*celery, "worker", "--concurrency", "1", "--loglevel", "info"],
-                     env=env, log=tmp_path / "worker.log")
-    beat = Process([*celery, "beat", "--loglevel", "info", "--schedule",
-                    str(tmp_path / "beat-schedule")], env=env, log=tmp_path / "beat.log")
+    worker, beat = celery_worker_and_beat(env, tmp_path, concurrency=1, loglevel="info")
     feed = Feed(gpu)
     rule = AlertRule.objects.get(name=HOT)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -28,7 +27,13 @@ from controlplane.alerts.silences import create_silence
 from controlplane.fleet.models import Gpu, Host
 from controlplane.telemetry import partitions
 from controlplane.telemetry.schema import TABLES
-from tests.support.live import ROOT, HookReceiver, Process, RedisServer, server_env
+from tests.support.live import (
+    ROOT,
+    HookReceiver,
+    RedisServer,
+    celery_worker_and_beat,
+    server_env,
+)
 from tests.support.polling import wait_until
 
 # Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
@@ -112,11 +117,7 @@ def test_a_hot_gpu_pages_a_signed_webhook_then_resolves_and_a_silenced_alert_sta
     broker.start()
     env = {**server_env(), "REDIS_URL": broker.url, "CELERY_BROKER_URL": broker.url,
            "PITWALL_ALERT_EVAL_INTERVAL_S": "1", "PITWALL_ALERT_ALLOW_PRIVATE_WEBHOOKS": "true"}
-    celery = [sys.executable, "-m", "celery", "-A", "controlplane"]
-    worker = Process([*celery, "worker", "--concurrency", "2", "--loglevel", "warning"],
-                     env=env, log=tmp_path / "worker.log")
-    beat = Process([*celery, "beat", "--loglevel", "warning", "--schedule",
-                    str(tmp_path / "beat-schedule")], env=env, log=tmp_path / "beat.log")
+    worker, beat = celery_worker_and_beat(env, tmp_path)
     feed = Feed(gpu)
 
     def sent(status: str):

@@ -7,7 +7,6 @@ run as subprocesses on the test database; raw rows of a settled minute go in, an
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
@@ -16,7 +15,7 @@ from django.db import connection
 from controlplane.fleet.models import Gpu, Host
 from controlplane.telemetry import partitions
 from controlplane.telemetry.rollups import TABLES as ROLLUPS
-from tests.support.live import Process, RedisServer, server_env
+from tests.support.live import RedisServer, celery_worker_and_beat, server_env
 from tests.support.polling import wait_until
 
 # Real processes or minutes of work: `make test` runs them, `make test-fast` leaves them
@@ -47,11 +46,7 @@ def test_celery_beat_and_a_worker_roll_up_a_settled_minute(empty_samples, tmp_pa
     broker.start()
     env = {**server_env(), "REDIS_URL": broker.url, "CELERY_BROKER_URL": broker.url,
            "PITWALL_ROLLUP_INTERVAL_S": "2"}
-    celery = [sys.executable, "-m", "celery", "-A", "controlplane"]
-    worker = Process([*celery, "worker", "--concurrency", "1", "--loglevel", "warning"],
-                     env=env, log=tmp_path / "worker.log")
-    beat = Process([*celery, "beat", "--loglevel", "warning", "--schedule",
-                    str(tmp_path / "beat-schedule")], env=env, log=tmp_path / "beat.log")
+    worker, beat = celery_worker_and_beat(env, tmp_path, concurrency=1)
     try:
         row = wait_until(lambda: rolled_minute(gpu.id, minute), 90,
                          lambda: f"no rollup:\n{worker.output()}\n{beat.output()}")

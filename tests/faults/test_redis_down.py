@@ -27,10 +27,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from controlplane.alerts.delivery import service
-from controlplane.alerts.delivery.models import Route
 from controlplane.alerts.models import AlertEvent, AlertRule
 from controlplane.fleet.tokens import issue_agent_token
+from tests.alerts.delivery.helpers import route_to_webhook
 from tests.faults.harness import FLEET_SIZE, query, record_account
 from tests.realtime.helpers import session_headers
 from tests.support.live import HookReceiver
@@ -52,13 +51,7 @@ def make_canary(receiver: HookReceiver) -> AlertRule:
                      threshold=20, for_s=20, severity="warning", summary="{host}: {value:.0f}")
     rule.full_clean()
     rule.save()
-    channel = service.create_channel(name="redis-down", kind="webhook",
-                                     config={"url": receiver.url, "secret": "redis-down-s3"})
-    route = Route(name="redis-down", group_wait_s=0, group_interval_s=1, repeat_interval_s=3600,
-                  matchers=[{"label": "alertname", "op": "=", "value": CANARY}])
-    route.full_clean()
-    route.save()
-    route.channels.set([channel])
+    route_to_webhook(CANARY, receiver.url, name="redis-down", secret="redis-down-s3")
     return rule
 
 

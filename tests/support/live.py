@@ -60,6 +60,17 @@ class Process:
         return self.log.read_text(errors="replace") if self.log else ""
 
 
+def celery_worker_and_beat(env: dict, log_dir: Path, *, concurrency: int = 2,
+                           loglevel: str = "warning") -> tuple[Process, Process]:
+    """A Celery worker and beat on ``env``'s broker, logging to ``log_dir``; stop beat first."""
+    celery = [sys.executable, "-m", "celery", "-A", "controlplane"]
+    worker = Process([*celery, "worker", "--concurrency", str(concurrency), "--loglevel",
+                      loglevel], env=env, log=log_dir / "worker.log")
+    beat = Process([*celery, "beat", "--loglevel", loglevel, "--schedule",
+                    str(log_dir / "beat-schedule")], env=env, log=log_dir / "beat.log")
+    return worker, beat
+
+
 def sim_agent(server_port: int, token_file: Path, hostname: str, spool: Path, *, gpus: int,
               interval: float, extra: tuple[str, ...] = (), log: Path | None = None
               ) -> Process:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.dispatch import dispatch
-from controlplane.alerts.delivery.models import Notification
+from controlplane.alerts.delivery.models import Notification, Route
 from controlplane.alerts.models import Alert, AlertRule, AlertState
 from tests.support.receivers import Receiver
 
@@ -48,3 +48,16 @@ def cycle(now: datetime) -> list[Notification]:
 
 def payloads(rec: Receiver) -> list[dict]:
     return [r.json() for r in rec.requests]
+
+
+def route_to_webhook(alertname: str, url: str, *, name: str, secret: str) -> Route:
+    """A webhook channel at ``url`` and a route sending it ``alertname``'s notifications at
+    once (no group wait; repeats hourly)."""
+    channel = service.create_channel(name=name, kind="webhook",
+                                     config={"url": url, "secret": secret})
+    route = Route(name=name, group_wait_s=0, group_interval_s=1, repeat_interval_s=3600,
+                  matchers=[{"label": "alertname", "op": "=", "value": alertname}])
+    route.full_clean()
+    route.save()
+    route.channels.set([channel])
+    return route
