@@ -453,6 +453,10 @@ class Fleet:
                            f"{self.agents[0].output()[-2000:]}", every=0.5)
         return time.monotonic() - began
 
+    def not_running(self) -> list[str]:
+        """Agents not running (a crash, or a crash loop's pause), with their last words."""
+        return [f"{a.hostname}:\n{a.output()[-600:]}" for a in self.agents if not a.running()]
+
     def crashed(self) -> list[str]:
         """Agents that exited on their own (a crash), with their last words."""
         return [f"{a.hostname}:\n{a.output()[-800:]}" for a in self.agents
@@ -487,6 +491,34 @@ class Fleet:
             account.per_host[agent.hostname] = (expected, stored.get(agent.hostname, 0))
         account.evicted += reported_evictions([a.hostname for a in self.agents])
         return account
+
+
+@dataclass
+class WebOutage:
+    """The web process killed with SIGKILL and started again: what the fleet did meanwhile."""
+
+    spooling_s: float  # from the kill until the fleet was seen spooling
+    not_running: list[str]  # agents not running just before the restart, with their last words
+    peak: int  # batches spooled at the restart
+    down_s: float
+    catch_up_s: float  # from the restart until every spool was empty
+
+
+def web_down(stack: Stack, fleet: Fleet, seconds: float, spooling: Callable[[], bool],
+             explain: Callable[[], str]) -> WebOutage:
+    """Kill the web process, keep it down ``seconds`` (and until ``spooling`` holds), start it
+    again, wait until the spools are empty and stop the fleet."""
+    stack.kill("web", signal.SIGKILL)
+    down_at = time.monotonic()
+    wait_until(spooling, seconds + 300, explain)
+    spooling_s = time.monotonic() - down_at
+    time.sleep(max(0.0, seconds - spooling_s))
+    not_running, peak = fleet.not_running(), fleet.spooled()
+    stack.start_web()
+    down_s = time.monotonic() - down_at
+    catch_up_s = fleet.wait_drained(600)
+    fleet.stop()
+    return WebOutage(spooling_s, not_running, peak, down_s, catch_up_s)
 
 
 def stored_per_host(hostnames: list[str]) -> dict[str, int]:

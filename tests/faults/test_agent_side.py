@@ -25,7 +25,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import Agent, Fleet, Stack, query, record_account, stored_per_host
+from tests.faults.harness import (
+    Agent,
+    Fleet,
+    Stack,
+    query,
+    record_account,
+    stored_per_host,
+    web_down,
+)
 from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
@@ -53,11 +61,6 @@ def hosts_evicted(hostnames: list[str]) -> dict[str, tuple[int, int]]:
     rows = query("SELECT hostname, spool_evicted_batches, spool_evicted_samples FROM fleet_host"
                  " WHERE hostname = ANY(%s)", (hostnames,))
     return {name: (batches, samples) for name, batches, samples in rows}
-
-
-def alive(fleet: Fleet) -> list[str]:
-    """Agents not running (a crash, or a crash loop's pause): their last words."""
-    return [f"{a.hostname}:\n{a.output()[-600:]}" for a in fleet.agents if not a.running()]
 
 
 def without_stop_line(fleet: Fleet) -> list[str]:
@@ -98,18 +101,9 @@ def test_a_full_spool_disk_loses_only_what_the_agents_counted(stack: Stack, flee
     fleet.start()
     fleet.wait_stored(5)
 
-    stack.kill("web", signal.SIGKILL)
-    down_at = time.monotonic()
-    wait_until(lambda: all("is full" in a.output() for a in fleet.agents), DOWN_S + 300,
-               lambda: f"not full yet:\n{fleet.agents[0].output()}")
-    full_at = time.monotonic() - down_at
-    time.sleep(max(0.0, DOWN_S - (time.monotonic() - down_at)))
-    not_running = alive(fleet)
-    peak = fleet.spooled()
-    stack.start_web()
-    down_s = time.monotonic() - down_at
-    catch_up_s = fleet.wait_drained(600)
-    fleet.stop()
+    outage = web_down(stack, fleet, DOWN_S,
+                      lambda: all("is full" in a.output() for a in fleet.agents),
+                      lambda: f"not full yet:\n{fleet.agents[0].output()}")
 
     account = fleet.account()
     names = [a.hostname for a in fleet.agents]
@@ -118,13 +112,14 @@ def test_a_full_spool_disk_loses_only_what_the_agents_counted(stack: Stack, flee
     record_account(
         "8a. agent spool disk full", account,
         injected=f"web down, each agent's spool on a {SPOOL_DISK} tmpfs that fills",
-        duration_s=down_s, recovery_s=catch_up_s,
-        notes=f"{len(names)} agents at 1 Hz; disks full after {full_at:.0f} s, {peak} batches "
-              f"spooled at the peak; lost {account.lost} = evicted and counted "
-              f"{account.evicted} (the oldest batches; hosts show "
+        duration_s=outage.down_s, recovery_s=outage.catch_up_s,
+        notes=f"{len(names)} agents at 1 Hz; disks full after {outage.spooling_s:.0f} s, "
+              f"{outage.peak} batches spooled at the peak; lost {account.lost} = evicted and "
+              f"counted {account.evicted} (the oldest batches; hosts show "
               f"{sum(s for _, s in shown.values())} evicted samples)",
         counted=account.evicted)
-    assert not_running == [] and not fleet.crashed() and without_stop_line(fleet) == []
+    assert outage.not_running == [] and not fleet.crashed()
+    assert without_stop_line(fleet) == []
     assert account.evicted > 0  # the disks really filled
     assert account.lost == account.evicted, account.hosts_short()
     # Every eviction reached the server, host by host: nothing waits to be reported.
@@ -153,7 +148,7 @@ def test_clocks_ten_minutes_off_delay_or_misplace_samples_but_lose_none(stack: S
                lambda: f"ahead never stored: {ahead[0].output()}")
     delay_s = time.monotonic() - started
     time.sleep(max(0.0, SKEW_RUN_S - (time.monotonic() - started)))
-    not_running = alive(fleet)
+    not_running = fleet.not_running()
     fleet.stop()
     run_s = time.monotonic() - started
 
@@ -235,7 +230,7 @@ def test_agents_sigkilled_while_spooling_deliver_every_spooled_batch(stack: Stac
     stack.start_web()
     down_s = time.monotonic() - down_at
     catch_up_s = fleet.wait_drained(600)
-    not_running += alive(fleet)
+    not_running += fleet.not_running()
     fleet.stop()
 
     account = fleet.account()

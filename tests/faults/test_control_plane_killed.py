@@ -5,13 +5,10 @@ they replay in order: every sample stored once, none lost, and the catch-up time
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 import pytest
 
-from tests.faults.harness import FLEET_SIZE, query, record_account
-from tests.support.polling import wait_until
+from tests.faults.harness import FLEET_SIZE, query, record_account, web_down
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 DOWN_S = float(os.environ.get("PITWALL_FAULT_DOWN_S", 180))
@@ -22,25 +19,17 @@ def test_a_control_plane_killed_for_three_minutes_loses_and_repeats_nothing(stac
     fleet.start()
     fleet.wait_stored(10)
 
-    stack.kill("web", signal.SIGKILL)
-    down_at = time.monotonic()
     # Every agent spools while the server is away (a batch a second each).
-    wait_until(lambda: fleet.spooled() >= FLEET_SIZE * 10, 120,
-               lambda: f"spooled {fleet.spooled()}:\n{fleet.agents[0].output()}")
-    time.sleep(max(0.0, DOWN_S - (time.monotonic() - down_at)))
-    peak = fleet.spooled()
-    stack.start_web()
-    down_s = time.monotonic() - down_at
-    catch_up_s = fleet.wait_drained(600)
-    fleet.stop()
+    outage = web_down(stack, fleet, DOWN_S, lambda: fleet.spooled() >= FLEET_SIZE * 10,
+                      lambda: f"spooled {fleet.spooled()}:\n{fleet.agents[0].output()}")
 
     account = fleet.account()
     record_account(
         "1. control plane killed", account, injected="web/ingest process SIGKILL",
-        duration_s=down_s, recovery_s=catch_up_s,
-        notes=f"{len(fleet.agents)} agents at 1 Hz; {peak} batches spooled at the peak; "
+        duration_s=outage.down_s, recovery_s=outage.catch_up_s,
+        notes=f"{len(fleet.agents)} agents at 1 Hz; {outage.peak} batches spooled at the peak; "
               f"recovery: from the restart until every spool was empty")
-    assert not fleet.crashed()
+    assert outage.not_running == [] and not fleet.crashed()
     assert account.lost == 0, account.hosts_short()
     assert account.duplicated == 0
     assert account.killed_runs == 0 and account.stored > FLEET_SIZE * DOWN_S
