@@ -505,12 +505,13 @@ class WebOutage:
 
 
 def web_down(stack: Stack, fleet: Fleet, seconds: float, spooling: Callable[[], bool],
-             explain: Callable[[], str]) -> WebOutage:
-    """Kill the web process, keep it down ``seconds`` (and until ``spooling`` holds), start it
-    again, wait until the spools are empty and stop the fleet."""
+             explain: Callable[[], str], *, within: float) -> WebOutage:
+    """Kill the web process, keep it down ``seconds`` (and until ``spooling`` holds, which
+    must happen ``within`` seconds of the kill), start it again, wait until the spools are
+    empty and stop the fleet."""
     stack.kill("web", signal.SIGKILL)
     down_at = time.monotonic()
-    wait_until(spooling, seconds + 300, explain)
+    wait_until(spooling, within, explain)
     spooling_s = time.monotonic() - down_at
     time.sleep(max(0.0, seconds - spooling_s))
     not_running, peak = fleet.not_running(), fleet.spooled()

@@ -103,7 +103,8 @@ def test_a_full_spool_disk_loses_only_what_the_agents_counted(stack: Stack, flee
 
     outage = web_down(stack, fleet, DOWN_S,
                       lambda: all("is full" in a.output() for a in fleet.agents),
-                      lambda: f"not full yet:\n{fleet.agents[0].output()}")
+                      lambda: f"not full yet:\n{fleet.agents[0].output()}",
+                      within=DOWN_S + 300)
 
     account = fleet.account()
     names = [a.hostname for a in fleet.agents]

@@ -21,7 +21,8 @@ def test_a_control_plane_killed_for_three_minutes_loses_and_repeats_nothing(stac
 
     # Every agent spools while the server is away (a batch a second each).
     outage = web_down(stack, fleet, DOWN_S, lambda: fleet.spooled() >= FLEET_SIZE * 10,
-                      lambda: f"spooled {fleet.spooled()}:\n{fleet.agents[0].output()}")
+                      lambda: f"spooled {fleet.spooled()}:\n{fleet.agents[0].output()}",
+                      within=120)
 
     account = fleet.account()
     record_account(
