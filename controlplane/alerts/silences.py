@@ -157,9 +157,3 @@ def unacknowledge(alert: Alert) -> None:
 
 def _audit_name(alert: Alert) -> str:
     return f"{alert.labels.get('alertname', alert.rule_id)} on {alert.target}"
-
-
-def should_notify_repeat(alert: Alert, now: datetime | None = None) -> bool:
-    """A firing alert repeats unless acknowledged or silenced (for the notifier to come)."""
-    return alert.state == AlertState.FIRING and not alert.acknowledged \
-        and not is_silenced(alert, now)
