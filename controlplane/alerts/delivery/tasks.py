@@ -18,7 +18,7 @@ from django.db import OperationalError
 
 from controlplane.alerts.delivery import dispatch as dispatching
 from controlplane.alerts.delivery import service
-from controlplane.alerts.delivery.models import Channel, Notification
+from controlplane.alerts.delivery.models import Notification
 
 
 @worker_init.connect
@@ -42,13 +42,6 @@ def dispatch_notifications() -> int:
 
 
 @shared_task(ignore_result=True)
-def deliver(notification_id: int) -> str | None:
-    """One row (queued by a worker of an earlier version; ``deliver_channel`` now)."""
-    row = service.deliver(notification_id)  # None: not due, gone, claimed, channel busy
-    return row.state if row else None
-
-
-@shared_task(ignore_result=True)
 def deliver_channel(channel_id: int) -> int | None:
     """The channel's due rows; None when another worker holds its turn (and covers them)."""
     rows = service.deliver_channel(channel_id)
@@ -63,11 +56,3 @@ def deliver_due() -> int:
     for channel_id in channels:
         deliver_channel.delay(channel_id)
     return len(channels)
-
-
-@shared_task
-def send_test_notification(channel_id: int) -> str | None:
-    channel = Channel.objects.filter(id=channel_id).first()
-    if channel is None:
-        return None
-    return service.send_test(channel).state

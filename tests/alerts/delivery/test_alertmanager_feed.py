@@ -177,7 +177,7 @@ def test_a_row_left_in_flight_is_not_sent_once_a_newer_one_exists(am, receiver):
         str(second.uuid)]
 
 
-def test_send_test_notification_works_for_an_alertmanager_channel(am, receiver):
+def test_a_test_notification_works_for_an_alertmanager_channel(am, receiver):
     row = service.send_test(am)
 
     assert row.state == DeliveryState.SENT and row.test

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.models import DeliveryState, Notification
-from controlplane.alerts.delivery.tasks import send_test_notification
 
 
 def test_a_test_notification_is_delivered_and_recorded(webhook, receiver):
@@ -41,14 +40,10 @@ def test_a_test_notification_by_email_reaches_the_smtp_server(db, smtp_inbox):
     channel = service.create_channel(name="ops mail", kind="email",
                                      config={"to": ["ops@example.com"]})
 
-    send_test_notification(channel.id)
+    row = service.send_test(channel)
 
-    row = Notification.objects.get(channel=channel)
+    assert list(Notification.objects.filter(channel=channel)) == [row]
     assert (row.state, row.detail) == (DeliveryState.SENT, "sent to 1 recipient")
     [mail] = smtp_inbox.messages
     assert mail["X-Pitwall-Notification-Id"] == str(row.uuid)
     assert "[TEST]" in mail["Subject"]
-
-
-def test_the_task_for_a_channel_that_is_gone_does_nothing(db):
-    assert send_test_notification(999_999) is None
