@@ -21,18 +21,6 @@ TEMPLATE_FIELDS = frozenset({
     "rule", "severity", "value", "threshold", "op", "metric", "window_s", "for_s", "target",
     "host", "host_id", "engine", "engine_id", "gpu", "gpu_id", "gpu_index",
 })
-# Named kinds and the entity their targets are.
-NAMED_ENTITY = {
-    RuleKind.HOST_NO_DATA: "host",
-    RuleKind.ENGINE_DOWN: "engine",
-    RuleKind.KV_PRESSURE: "engine",
-    RuleKind.MEMORY_BEYOND_SHARE: "gpu",
-    RuleKind.CPU_BOUND_ENGINE: "engine",
-    RuleKind.ENGINE_STALLED: "engine",
-    RuleKind.GPU_LOST: "gpu",
-    RuleKind.OBJECTIVE_ATTAINMENT: "engine",
-    RuleKind.ERROR_BUDGET_BURN: "engine",
-}
 # The labels a rule's label_matchers scope by: the target's host name, engine name, GPU uuid and
 # the engine's model (a GPU or host target has no engine: those read "").
 SCOPE_LABELS = ("host", "engine", "gpu", "model")

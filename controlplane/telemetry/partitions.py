@@ -135,10 +135,6 @@ def parse_start(partition: str, period: Period = "day") -> date | None:
         return None
 
 
-def parse_day(partition: str) -> date | None:
-    return parse_start(partition, "day")
-
-
 def ensure(cursor, days: Iterable[date], tables: Iterable[str] = RAW_TABLES,
            period: Period = "day") -> None:
     """Create the partitions holding these days if missing (sync cursor, in a transaction).

@@ -37,7 +37,6 @@ class State(models.TextChoices):
     REVERTED = "reverted"
 
 
-OPEN_STATES = (State.OPEN,)
 DECIDED = (State.ACCEPTED, State.APPLIED, State.IMPROVED, State.UNCHANGED, State.REGRESSED)
 
 
