@@ -89,22 +89,6 @@ def cpu_limit_cores(leaf: Path, root: Path) -> float | None:
     return min(limits) if limits else None
 
 
-def cgroup_cpu_stat(pid: int | str, proc_root: str = "/proc",
-                    cgroup_root: str = "/sys/fs/cgroup") -> CpuStat | None:
-    """cpu.stat of the cgroup that throttles this pid (the nearest with a quota, else its own).
-
-    Containers may put the vLLM process in another cgroup than the agent, hence the pid.
-    None when there is no such cgroup or file; raises OSError / ValueError when unreadable.
-    """
-    leaf = cgroup_dir(pid, proc_root, cgroup_root)
-    if leaf is None:
-        return None
-    try:
-        return read_cpu_stat(quota_dir(leaf, Path(cgroup_root)) or leaf)
-    except FileNotFoundError:
-        return None
-
-
 class CgroupThrottle:
     """host.cpu_throttled_pct for one process's cgroup (the agent's own by default)."""
 

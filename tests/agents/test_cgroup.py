@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.collectors.cgroup import CgroupThrottle, cgroup_cpu_stat
+from agents.collectors.cgroup import CgroupThrottle
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AGENT_CGROUP = "system.slice/pitwall-agent.service"
@@ -103,15 +103,3 @@ def test_it_takes_the_tightest_quota_on_the_way_to_the_root(host):
     assert throttle(host).limit_cores() == 1.5
     (host / "cgroup" / "system.slice" / "cpu.max").write_text("50000 100000\n")
     assert throttle(host).limit_cores() == 0.5
-
-
-def test_it_reads_the_cpu_stat_of_another_process(host):
-    stat = cgroup_cpu_stat(4242, proc_root=str(host / "proc"),
-                           cgroup_root=str(host / "cgroup"))
-    assert stat is not None
-    assert (stat["nr_periods"], stat["nr_throttled"]) == (40, 10)
-
-
-def test_it_has_no_cpu_stat_for_a_process_that_is_gone(host):
-    assert cgroup_cpu_stat(999999, proc_root=str(host / "proc"),
-                           cgroup_root=str(host / "cgroup")) is None
