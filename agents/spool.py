@@ -61,10 +61,6 @@ class Spooled:
     parsed: Batch | None = None
 
     @property
-    def json_bytes(self) -> int:
-        return len(self.raw or b"")
-
-    @property
     def batch(self) -> Batch:
         if self.parsed is None:
             self.parsed = json.loads(self.raw or b"{}")
