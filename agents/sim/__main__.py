@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         from agents.sim.fleet import main as fleet_main
 
         return fleet_main(args[1:])
-    from agents.sim.vllm_server import main as vllm_main
+    from agents.sim.vllm_cli import main as vllm_main
 
     return vllm_main(args[1:])
 

@@ -457,15 +457,6 @@ def start(options: SimOptions, clock: Callable[[], float] = time.monotonic) -> R
     return RunningServer(sim, SimHttpServer(sim, options.host, options.port))
 
 
-def __getattr__(name: str) -> Any:
-    """The command line lives in vllm_cli; ``from vllm_server import main`` still works."""
-    if name in ("main", "parse_args", "parse_known"):
-        from agents.sim import vllm_cli
-
-        return getattr(vllm_cli, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 if __name__ == "__main__":
     from agents.sim.vllm_cli import main
 

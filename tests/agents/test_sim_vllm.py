@@ -16,7 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents.sim.engine_model import EngineConfig
-from agents.sim.vllm_server import SimOptions, main, parse_args, parse_known, start
+from agents.sim.vllm_cli import main, parse_args, parse_known
+from agents.sim.vllm_server import SimOptions, start
 
 SAMPLES = Path(__file__).parent / "fixtures" / "vllm-metrics"
 SAMPLE = "v1-synthetic-vllm-0.33.0.txt"
