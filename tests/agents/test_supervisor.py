@@ -381,7 +381,7 @@ def test_closing_before_the_first_tick_starts_nothing_and_reports_nothing():
     assert host.sup.status() == [] and host.processes == []
 
 
-# --- issue 15: an old control plane cannot slip an option in; the agent's token stays home --
+# --- launch safety: an old control plane cannot slip an option in; the agent's token stays home
 
 @pytest.mark.parametrize("bad", [
     {"model": "--middleware=evilmod.app"},

@@ -238,7 +238,7 @@ def test_an_unknown_future_version_behaves_as_the_newest():
     assert version_note(NEWEST_VERSION) is None
 
 
-# --- issue 15: a value never reads as an option; arguments that load code are marked ------
+# --- launch safety: a value never reads as an option; arguments that load code are marked --
 
 @pytest.mark.parametrize(("args", "arg"), [
     ({"tokenizer": "--middleware=evilmod.app"}, "tokenizer"),

@@ -1,5 +1,5 @@
-"""The vLLM signals of issue 19 from recorded /metrics pages: finished and waiting requests by
-reason, speculative decoding, LoRA adapters, and the token-count histograms.
+"""The vLLM signals beyond load and latency, from recorded /metrics pages: finished and waiting
+requests by reason, speculative decoding, LoRA adapters, and the token-count histograms.
 
 Pages are the reference samples (tests/agents/fixtures/vllm-metrics); the spec-decoding and
 LoRA families none of them has are added as vLLM prints them (tests/agents/vllm_signal_pages).

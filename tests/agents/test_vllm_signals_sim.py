@@ -1,6 +1,7 @@
-"""The simulated vLLM shows issue 19's signals as vLLM 0.33 does: the spec_decode_* families
-only with --speculative-config, lora_requests_info only with --enable-lora, the LoRA budget
-deferring waiting requests, and the agent's collector reading every new catalog key from it.
+"""The simulated vLLM shows the signals beyond load and latency as vLLM 0.33 does: the
+spec_decode_* families only with --speculative-config, lora_requests_info only with
+--enable-lora, the LoRA budget deferring waiting requests, and the agent's collector reading
+every new catalog key from it.
 
 The simulation runs on an injected clock, so minutes of traffic take milliseconds.
 """

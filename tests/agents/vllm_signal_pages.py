@@ -1,5 +1,6 @@
 """vLLM /metrics families the reference samples lack, written as vLLM prints them, and the
-collector's second sample over two pages: for the issue-19 signal tests (agents, telemetry).
+collector's second sample over two pages: for the tests of the signals beyond load and latency
+(agents, telemetry).
 
 None of the samples was served with --speculative-config or --enable-lora. Names, HELP and
 labels are vLLM's (vllm/v1/spec_decode/metrics.py, vllm/v1/metrics/loggers.py), rendered by
