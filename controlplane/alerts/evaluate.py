@@ -36,8 +36,8 @@ from controlplane.alerts.queries import add_needs as threshold_needs
 from controlplane.alerts.shards import Shard, shards
 from controlplane.alerts.silences import matches
 from controlplane.alerts.windows.needs import Needs
-from controlplane.alerts.windows.sql import max_buckets
 from controlplane.alerts.windows.store import SliceStore, View, refresh_stores
+from controlplane.telemetry.series.histograms import max_buckets
 
 log = logging.getLogger(__name__)
 

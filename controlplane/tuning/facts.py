@@ -19,13 +19,12 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 
-from controlplane.alerts.windows.sql import bucket_sums, max_buckets
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host, engine_port
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.packing.read import source as packed_source
 from controlplane.telemetry.rollups.refresh import floor
 from controlplane.telemetry.rollups.schema import TABLES as ROLLUPS
-from controlplane.telemetry.series.histograms import histogram_quantile
+from controlplane.telemetry.series.histograms import bucket_sums, histogram_quantile, max_buckets
 
 AFFINITY_LOOKBACK = timedelta(minutes=2)
 
