@@ -8,8 +8,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api.serializers.fields import ObjectField
+from controlplane.evidence_links import with_links
 from controlplane.tuning.models import Suggestion
-from controlplane.web.suggestion_links import with_links
 
 _CHANGE = {"type": "object", "properties": {
     "field": {"type": "string", "example": "args.max_num_seqs"},

@@ -11,9 +11,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from controlplane.evidence_links import with_links
 from controlplane.tuning import service
 from controlplane.tuning.models import State, Suggestion
-from controlplane.web.suggestion_links import with_links
 from controlplane.web.views.access import needs, same_site
 
 suggestions_access = needs("tuning.view_suggestion", "tuning.decide_suggestion")

@@ -1,5 +1,8 @@
 """Where a piece of evidence can be seen: its entity's page, zoomed on the window it covers
-(the pages' own range format, ``?from=<unix>&to=<unix>``, as alert links use)."""
+(the pages' own range format, ``?from=<unix>&to=<unix>``, as alert links use).
+
+The pages and the API both hand these links out, so they live here, where the application is
+put together (like asgi.py and urls.py), and neither layer imports the other."""
 
 from __future__ import annotations
 
