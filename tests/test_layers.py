@@ -66,6 +66,18 @@ def test_domain_apps_do_not_import_api_web_or_realtime():
     assert {path: names for path, names in offenders.items() if names} == {}
 
 
+def test_the_api_and_the_pages_do_not_import_one_another():
+    """What both hand out (links from evidence to pages) lives where the application is put
+    together: controlplane/evidence_links.py."""
+    offenders = {}
+    for layer, other in (("api", "controlplane.web"), ("web", "controlplane.api")):
+        for p in sorted((ROOT / "controlplane" / layer).rglob("*.py")):
+            names = sorted(n for n in imported(p) if n == other or n.startswith(other + "."))
+            if names:
+                offenders[str(p.relative_to(ROOT))] = names
+    assert offenders == {}
+
+
 def test_domain_apps_do_not_name_pages_or_endpoints():
     offenders = {str(p.relative_to(ROOT)): sorted(url_names(p)) for p in domain_files()
                  if url_names(p)}
