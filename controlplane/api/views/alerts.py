@@ -14,7 +14,6 @@ from controlplane.alerts import silences
 from controlplane.alerts.models import Alert, AlertRule, AlertState, Silence
 from controlplane.alerts.preview import QueryTimeout, preview
 from controlplane.api.filters import AlertFilter, SilenceFilter
-from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import CanAck, CanEditRules, CanManageRules, CanSilence
 from controlplane.api.serializers.alerts import (
     AckSerializer,
@@ -54,7 +53,6 @@ class AlertRuleViewSet(viewsets.ModelViewSet):
     queryset = AlertRule.objects.order_by("name")  # unique: a stable page order
     serializer_class = AlertRuleSerializer
     permission_classes = [CanManageRules]
-    pagination_class = FleetPagination
     lookup_value_converter = "int"
 
     @extend_schema(
@@ -93,7 +91,6 @@ class AlertViewSet(ActiveSilencesMixin, viewsets.ReadOnlyModelViewSet):
     """The state of each rule on each target; the list puts firing alerts first."""
 
     permission_classes = [CanAck]
-    pagination_class = FleetPagination
     filterset_class = AlertFilter
     lookup_value_converter = "int"
 
@@ -137,7 +134,6 @@ class SilenceViewSet(mixins.CreateModelMixin, mixins.ListModelMixin,
     queryset = Silence.objects.select_related("created_by").order_by("-starts_at", "-id")
     serializer_class = SilenceSerializer
     permission_classes = [CanSilence]
-    pagination_class = FleetPagination
     filterset_class = SilenceFilter
     lookup_value_converter = "int"
 

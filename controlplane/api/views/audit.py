@@ -6,7 +6,6 @@ import django_filters
 from rest_framework import serializers, viewsets
 
 from controlplane.api.filters import BoundedDateTimeFilter
-from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import CanReadAudit
 from controlplane.audit.models import AuditEntry
 
@@ -40,6 +39,5 @@ class AuditViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = AuditEntry.objects.order_by("-at", "-id")
     serializer_class = AuditEntrySerializer
     permission_classes = [CanReadAudit]
-    pagination_class = FleetPagination
     filterset_class = AuditFilter
     lookup_value_converter = "int"

@@ -1,4 +1,4 @@
-"""What the fleet viewsets share: auth policy, pagination, id lookups, queryset annotations."""
+"""What the fleet viewsets share: auth policy, id lookups, queryset annotations."""
 
 from __future__ import annotations
 
@@ -16,13 +16,11 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from rest_framework import viewsets
 
-from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import CanReadFleet
 
 
 class FleetViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [CanReadFleet]
-    pagination_class = FleetPagination
     lookup_value_converter = "int"  # ids only; "/hosts/x/" is a 404 before any query
 
 

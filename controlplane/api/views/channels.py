@@ -11,7 +11,6 @@ from rest_framework.response import Response
 from controlplane.alerts.delivery import service
 from controlplane.alerts.delivery.models import Channel, Notification
 from controlplane.api.filters import NotificationFilter
-from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import CanManageChannels, needs
 from controlplane.api.serializers.channels import (
     ChannelSerializer,
@@ -30,7 +29,6 @@ class ChannelViewSet(viewsets.ModelViewSet):
     queryset = Channel.objects.order_by("name")
     serializer_class = ChannelSerializer
     permission_classes = [CanManageChannels]
-    pagination_class = FleetPagination
     lookup_value_converter = "int"
 
     @extend_schema(
@@ -74,7 +72,6 @@ class NotificationViewSet(viewsets.ReadOnlyModelViewSet):
     on the detail route only."""
 
     permission_classes = [needs("alerts.view_notification", name="CanReadNotifications")]
-    pagination_class = FleetPagination
     filterset_class = NotificationFilter
     lookup_value_converter = "int"
 

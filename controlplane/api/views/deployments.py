@@ -12,7 +12,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.api.auth import AgentTokenAuthentication
-from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import CanManageDeployments, IsAgent
 from controlplane.api.serializers.alerts import drf_errors
 from controlplane.api.serializers.deployments import (
@@ -37,7 +36,6 @@ class DeploymentViewSet(viewsets.ModelViewSet):
 
     serializer_class = DeploymentSerializer
     permission_classes = [CanManageDeployments]
-    pagination_class = FleetPagination
     lookup_value_converter = "int"
     filterset_fields = ["host", "enabled", "state"]
 

@@ -8,7 +8,6 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import CanDecideSuggestions
 from controlplane.api.serializers.suggestions import SuggestionSerializer
 from controlplane.tuning import service
@@ -25,7 +24,6 @@ class SuggestionViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = SuggestionSerializer
     permission_classes = [CanDecideSuggestions]
-    pagination_class = FleetPagination
     lookup_value_converter = "int"
     filterset_fields = ["deployment", "engine", "state", "kind"]
 

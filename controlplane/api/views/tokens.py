@@ -10,7 +10,6 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import Needs, needs
 from controlplane.api.serializers.tokens import (
     AgentTokenSerializer,
@@ -46,7 +45,6 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
                       mixins.CreateModelMixin, viewsets.GenericViewSet):
     serializer_class = ApiTokenSerializer
     permission_classes = [OwnTokens]
-    pagination_class = FleetPagination
     lookup_value_converter = "int"
     filterset_fields = ["scope"]
 
@@ -89,7 +87,6 @@ class AgentTokenViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = AgentTokenSerializer
     permission_classes = [needs("fleet.view_agenttoken", "fleet.change_agenttoken",
                                 "CanManageAgentTokens")]
-    pagination_class = FleetPagination
     lookup_value_converter = "int"
     filterset_fields = ["host"]
 

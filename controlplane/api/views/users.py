@@ -13,7 +13,6 @@ from rest_framework.response import Response
 
 from controlplane.accounts import users
 from controlplane.accounts.roles import ORDER, role_of
-from controlplane.api.pagination import FleetPagination
 from controlplane.api.permissions import needs
 from controlplane.api.views.alerts import ERRORS
 
@@ -64,7 +63,6 @@ def _refused(do):
 class UserViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = UserSerializer
     permission_classes = [needs("auth.view_user", "auth.change_user", "CanManageUsers")]
-    pagination_class = FleetPagination
     lookup_value_converter = "int"
     queryset = get_user_model().objects.prefetch_related("groups").order_by("username")
 
