@@ -32,7 +32,7 @@ ARRAYS = {"int2[]": (">i2", 21), "int4[]": (">i4", 23), "float4[]": (">f4", 700)
 NULL = -1  # a column's shape in a group: NULL, a scalar (0), or an array's length + 1
 
 
-class Columns(NamedTuple):
+class Transposed(NamedTuple):
     """Rows transposed, and the NULLs of each column (COPY's encoder and /metrics' count of
     stored values both need them: counted once)."""
 
@@ -40,12 +40,12 @@ class Columns(NamedTuple):
     nulls: list[int]
 
 
-def transpose(rows: list[tuple]) -> Columns:
+def transpose(rows: list[tuple]) -> Transposed:
     columns = list(zip(*rows, strict=True))
-    return Columns(columns, [c.count(None) for c in columns])
+    return Transposed(columns, [c.count(None) for c in columns])
 
 
-def encode(types: list[str], rows: list[tuple], columns: Columns | None = None) -> bytes:
+def encode(types: list[str], rows: list[tuple], columns: Transposed | None = None) -> bytes:
     """The COPY data (header and trailer included) of ``rows``, whose columns have ``types``;
     ``columns``: ``transpose(rows)``, when the caller has it already."""
     if not rows:

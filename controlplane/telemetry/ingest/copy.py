@@ -139,7 +139,7 @@ async def copy_rows(conn, table: str, rows: list[tuple], conflict_safe: bool = F
     return values
 
 
-def present_values(table: str, columns: binary.Columns) -> int:
+def present_values(table: str, columns: binary.Transposed) -> int:
     """The non-null cells of ``table``'s value columns (after its keys and ts)."""
     width = _KEY_WIDTH[table]
     return len(columns.values[0]) * (len(columns.nulls) - width) - sum(columns.nulls[width:])
