@@ -3,7 +3,8 @@
 The NVML module is injected: ``pynvml`` (nvidia-ml-py) on a real host, ``agents.sim.gpus.SimNvml``
 on a simulated one, a small fake in tests. NVML is initialised once, here, not per sample.
 A field NVML reports as not supported (or not permitted, or missing from an older pynvml) is
-absent from the sample and not asked again; any other NVML error is a one-line warning.
+absent from the sample and not asked again (``dropped`` keeps what it answered, for
+``agents.gpu_check``); any other NVML error is a one-line warning.
 
 A GPU that NVML reports lost (``NVMLError_GpuIsLost``, or ``NVMLError_Unknown`` from every
 read several intervals in a row) or that vanished from ``nvmlDeviceGetCount`` is still
@@ -37,6 +38,8 @@ class _Device:
     info: dict[str, Any]  # the inventory entry
     # Per field: index of the reader in use; len(readers) once every reader is unsupported.
     reader: dict[str, int] = field(default_factory=dict)
+    # Per field: each reader dropped as unsupported and what it answered (``dropped()``).
+    dropped: dict[str, list[tuple[Reader, BaseException]]] = field(default_factory=dict)
     counters: dict[str, tuple[int, float]] = field(default_factory=dict)  # key -> (value, when)
     unknown: bool = False  # a read answered NVMLError_Unknown in this interval
     unknown_streak: int = 0  # intervals in a row where every read answered it
@@ -70,6 +73,7 @@ class NvmlCollector:
         self._xid: XidWatcher | None = None
         self._driver: str | None = None
         self.available = False
+        self.init_error: BaseException | None = None  # why nvmlInit failed, if it did
         self._nvml = nvml if nvml is not None else self._import_pynvml()
         self.simulated = bool(getattr(self._nvml, "SIMULATED", False))
         self._unsupported: tuple[type[BaseException], ...] = (AttributeError,) + tuple(
@@ -82,6 +86,7 @@ class NvmlCollector:
         try:
             self._nvml.nvmlInit()
         except self._nvml.NVMLError as exc:  # no driver, no GPU: the host runs without GPU metrics
+            self.init_error = exc
             self._warn.fail(SOURCE, f"init failed: {exc}")
             return
         self.available = True
@@ -115,6 +120,18 @@ class NvmlCollector:
 
     def driver_version(self) -> str | None:
         return self._driver
+
+    @property
+    def watches_xid(self) -> bool:
+        """Whether XID events are registered on at least one GPU (else xid_last never comes)."""
+        return self._xid is not None and self._xid.watching
+
+    def dropped(self, uuid: str) -> dict[str, list[tuple[Reader, BaseException]]]:
+        """Per field of one device: the readers dropped as unsupported, each with its answer
+        (NVMLError_NotSupported, a function missing from pynvml, ...). A field whose every
+        reader is here is absent from every sample of that device."""
+        dev = next((d for d in self._devices if d.uuid == uuid), None)
+        return {name: list(answers) for name, answers in dev.dropped.items()} if dev else {}
 
     def _optional(self, read: Any) -> Any:
         """A value that may be unavailable on this device or driver: None then."""
@@ -286,8 +303,10 @@ class NvmlCollector:
                 values = readers[i](self._nvml, dev.handle)
             except self._lost:
                 raise
-            except self._unsupported:
+            except self._unsupported as exc:
                 dev.reader[name] = i + 1
+                # Its traceback dropped: kept for the device's lifetime, it would pin frames.
+                dev.dropped.setdefault(name, []).append((readers[i], exc.with_traceback(None)))
                 continue
             except self._nvml.NVMLError as exc:
                 dev.unknown = dev.unknown or isinstance(exc, self._unknown_error)
