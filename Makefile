@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm lint install preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm gpu-check lint install preflight clean
 
 $(STAMP): pyproject.toml
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
@@ -114,6 +114,25 @@ test-real-vllm: preflight real-vllm
 # The API fuzzed from its OpenAPI schema on a real server, as every role: no 5xx (minutes).
 test-schema: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest -s -m schema_fuzz tests/schema_fuzz
+
+# The agent's NVML collectors against this machine's NVML: each gpu.* metric of the catalog with
+# the value read or why it is absent (docs/agent.md, "GPU check"). Its environment holds
+# nvidia-ml-py alone, in the agent extra's range, so a GPU host with the checkout runs it: no
+# .venv, no database. Offline, PIP_FIND_LINKS=<a folder with the wheel> PIP_NO_INDEX=1.
+GPU_CHECK_VENV := $(VAR)/gpu-check-venv
+NVML_REQUIREMENT = $$($(GPU_CHECK_VENV)/bin/python -c 'import tomllib; \
+  agent = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["agent"]; \
+  print(next(r for r in agent if r.startswith("nvidia-ml-py")))')
+
+gpu-check:
+	@BASE=$$(command -v $(PYTHON) || command -v python3); \
+	  $$BASE -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "Python 3.11 or newer is needed (found: $$($$BASE --version 2>&1 || echo none))"; exit 2; }; \
+	  test -x $(GPU_CHECK_VENV)/bin/python || $$BASE -m venv $(GPU_CHECK_VENV) || { \
+	  echo "Could not create $(GPU_CHECK_VENV): apt-get install python3-venv"; exit 2; }
+	@$(GPU_CHECK_VENV)/bin/python -m pip install --quiet "$(NVML_REQUIREMENT)" || { \
+	  echo "Could not install nvidia-ml-py into $(GPU_CHECK_VENV)"; exit 2; }
+	@PYTHONPATH=$(CURDIR) $(GPU_CHECK_VENV)/bin/python -m agents.gpu_check
 
 bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics
 
