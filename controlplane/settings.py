@@ -189,8 +189,15 @@ BEHIND_PROXY = envbool("PITWALL_BEHIND_PROXY", False)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_PROXY else None
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
-SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", not DEBUG)
-SECURE_REDIRECT_EXEMPT = [r"^api/v1/ingest$", r"^healthz$"]
+# Off unless asked for: "preload" asks browsers to ship the domain as HTTPS-only, for every
+# subdomain, in their builds, and leaving the list takes months. Operators deploy Pitwall on
+# their own domains; that commitment is theirs to make (docs/configuration.md). Django's deploy
+# check warns about it being off (security.W021): silenced, as decided here.
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
+# A load balancer's health check may come over plain HTTP. (Ingest never reaches Django's
+# middleware: controlplane/asgi.py routes it around Django.)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
 SESSION_COOKIE_HTTPONLY = True
@@ -267,7 +274,7 @@ PITWALL = {
     # (BENCHMARKS.md §1).
     "INGEST_FLUSH_ROWS": envint("PITWALL_INGEST_FLUSH_ROWS", 4000, minimum=1),
     "INGEST_FLUSH_MS": envint("PITWALL_INGEST_FLUSH_MS", 100, minimum=0),
-    # Ingest under faults (docs/reliability.md, RELIABILITY.md): a flush that has not committed
+    # Ingest under faults (RELIABILITY.md): a flush that has not committed
     # after INGEST_FLUSH_TIMEOUT_S is abandoned (its connection dropped, its batches answered
     # 503: a stalled PostgreSQL must not hold requests forever); past INGEST_MAX_QUEUED_ROWS
     # rows waiting for the writer, or INGEST_MAX_REQUESTS_IN_FLIGHT requests being handled,
@@ -319,7 +326,7 @@ PITWALL = {
     # Connections one evaluation cycle runs on side by side, each over a shard of the hosts
     # (host id mod lanes, alerts/shards.py): about the cores PostgreSQL can give it.
     "ALERT_EVAL_LANES": envint("PITWALL_ALERT_EVAL_LANES", 2, minimum=1),
-    # Beat's dispatch_notifications and deliver_due ticks (controlplane/celery.py reads it too).
+    # Beat's dispatch_notifications and deliver_due ticks.
     "ALERT_DISPATCH_INTERVAL_S": envint("PITWALL_ALERT_DISPATCH_INTERVAL_S", 5, minimum=1),
     "ALERT_TTFT_P99_OBJECTIVE_MS": envint("PITWALL_ALERT_TTFT_P99_OBJECTIVE_MS", 2000, minimum=1),
     # Webhooks to private, loopback and link-local addresses are refused unless this is on
