@@ -96,8 +96,7 @@ test: preflight $(CHROMIUM) $(PROMETHEUS) $(ALERTMANAGER)
 # Before every commit: everything but the slow tests (real servers, agents, Celery, a browser,
 # minutes of simulated telemetry), which `make test` adds.
 test-fast: preflight
-	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest $(PYTEST_PARALLEL) \
-	  -m 'not slow and not real_vllm and not schema_fuzz'
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m pytest $(PYTEST_PARALLEL) -m 'not slow'
 
 # Outages, restarts and overload on real processes, with a PostgreSQL cluster and a Redis of
 # the suite's own (never the machine's): tests marked faults, which plain pytest deselects.

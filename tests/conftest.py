@@ -19,8 +19,9 @@ from tests.support.roles import user_with_role
 from tests.support.samples import truncate_samples
 
 # Fixtures that tests in several directories use, defined once (never imported from one
-# conftest into another): the loopback receivers and SMTP server, the real ingest app.
-pytest_plugins = ["tests.support.receivers", "tests.support.ingest"]
+# conftest into another): the loopback receivers and SMTP server, the real ingest app; and
+# the one list of suites that run only under their own make target.
+pytest_plugins = ["tests.support.receivers", "tests.support.ingest", "tests.support.suites"]
 
 
 @pytest.fixture
