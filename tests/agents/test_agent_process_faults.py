@@ -15,10 +15,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from tests.agents.fake_ingest import FakeIngest, free_port
 from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+# Agents as processes of their own, killed and restarted (one case runs half a minute).
+pytestmark = pytest.mark.slow(seconds=35)
 TOKEN = "pw_agent_do-not-print-me"
 STOP_LINE = re.compile(r"stopped: boot (\S+) made (\d+) batches .*?; (\d+) delivered, (\d+) "
                        r"dropped, (\d+) evicted and not yet reported; (\d+) batches wait")

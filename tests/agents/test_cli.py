@@ -15,6 +15,8 @@ from tests.support.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "pw_agent_do-not-print-me"
+# The tests that run the agent as a process of its own.
+starts_the_agent = pytest.mark.slow(seconds=2)
 
 
 def nvml_works() -> bool:
@@ -38,6 +40,7 @@ def parse(*argv: str, env: dict | None = None):
     return config_from_args(build_parser().parse_args(list(argv)), env or {})
 
 
+@starts_the_agent
 def test_probe_with_the_sim_backend_prints_one_batch_with_two_simulated_gpus():
     proc = agent("probe", "--gpu-backend", "sim", "--sim-gpus", "2", "--interval", "0.2",
                  "--hostname", "sim-node-1")
@@ -75,6 +78,7 @@ def test_help_exits_0(capsys):
 
 
 @pytest.mark.skipif(nvml_works(), reason="this machine has a working NVIDIA driver")
+@starts_the_agent
 def test_run_with_nvml_on_a_machine_without_gpus_is_a_one_line_error(tmp_path):
     proc = agent("run", "--server", f"http://127.0.0.1:{free_port()}", "--token", TOKEN,
                  "--spool-dir", str(tmp_path / "spool"))
@@ -152,6 +156,7 @@ def test_spool_max_bytes_takes_binary_suffixes():
     assert parse("probe", "--spool-max-bytes", "4096").spool_max_bytes == 4096
 
 
+@starts_the_agent
 def test_run_streams_batches_and_stops_cleanly_on_sigterm(tmp_path):
     (tmp_path / "token").write_text(TOKEN)
     with FakeIngest() as server:
@@ -173,6 +178,7 @@ def test_run_streams_batches_and_stops_cleanly_on_sigterm(tmp_path):
     assert server.requests[0].headers["Authorization"] == f"Bearer {TOKEN}"
 
 
+@starts_the_agent
 def test_run_spools_while_the_server_is_down_and_keeps_the_spool_after_sigterm(tmp_path):
     spool_dir = tmp_path / "spool"
     proc = agent("run", "--server", f"http://127.0.0.1:{free_port()}", "--token", TOKEN,

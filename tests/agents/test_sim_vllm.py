@@ -27,6 +27,8 @@ STATE_KEYS = {"simulated", "pid", "gpu_indices", "gpu_memory_utilization",
               "requests_waiting",
               "processes", "cpus", "cpu_throttled_pct"}
 REPO = Path(__file__).resolve().parents[2]
+# The tests that serve HTTP: the simulated vLLM in threads of its own, or as a process.
+starts_a_server = pytest.mark.slow(seconds=1)
 
 
 def options(**engine: Any) -> SimOptions:
@@ -109,17 +111,20 @@ def exercise(base: str) -> str:
     return scrape(base)
 
 
+@starts_a_server
 def test_metrics_have_exactly_the_families_types_help_and_labels_of_vllm_0_33(sim_vllm_url):
     mine, vllm = families(exercise(sim_vllm_url)), families((SAMPLES / SAMPLE).read_text())
     assert set(mine) == set(vllm)
     assert {n: f for n, f in mine.items() if f != vllm[n]} == {}
 
 
+@starts_a_server
 def test_every_histogram_has_the_bucket_bounds_of_vllm_0_33(sim_vllm_url):
     mine, vllm = buckets(exercise(sim_vllm_url)), buckets((SAMPLES / SAMPLE).read_text())
     assert mine == vllm
 
 
+@starts_a_server
 def test_token_count_buckets_follow_max_model_len_as_in_vllm():
     running = start(options(max_model_len=8192))
     try:
@@ -130,6 +135,7 @@ def test_token_count_buckets_follow_max_model_len_as_in_vllm():
         1000.0, 2000.0, 5000.0]
 
 
+@starts_a_server
 def test_data_parallel_2_labels_every_engine_series_engine_0_and_engine_1():
     running = start(SimOptions(**{**vars(options()), "data_parallel_size": 2}))
     try:
@@ -142,6 +148,7 @@ def test_data_parallel_2_labels_every_engine_series_engine_0_and_engine_1():
     assert {"0", "1"} in engine_labels(text).values()
 
 
+@starts_a_server
 def test_a_completion_answers_in_openai_format_and_moves_the_counters(sim_vllm_url):
     before = scrape(sim_vllm_url)
     reply = complete(sim_vllm_url, prompt=list(range(100, 137)), max_tokens=7)
@@ -164,6 +171,7 @@ def test_a_completion_answers_in_openai_format_and_moves_the_counters(sim_vllm_u
     assert moved("http_requests_total", handler="/v1/completions", status="2xx") == 1
 
 
+@starts_a_server
 def test_a_repeated_prompt_hits_the_prefix_cache(sim_vllm_url):
     prompt = "You are the race engineer. " * 40
     complete(sim_vllm_url, prompt=prompt, max_tokens=2)
@@ -177,6 +185,7 @@ def test_a_repeated_prompt_hits_the_prefix_cache(sim_vllm_url):
     assert 0 < hits < queries
 
 
+@starts_a_server
 def test_a_model_the_server_does_not_serve_is_404_and_a_too_long_request_is_400(sim_vllm_url):
     assert post(f"{sim_vllm_url}/v1/completions", {"model": "other", "prompt": "hi"})[0] == 404
     status, reply = post(f"{sim_vllm_url}/v1/completions",
@@ -184,6 +193,7 @@ def test_a_model_the_server_does_not_serve_is_404_and_a_too_long_request_is_400(
     assert status == 400 and "maximum context length" in reply["error"]["message"]
 
 
+@starts_a_server
 def test_models_lists_the_served_model_owned_by_the_simulator(sim_vllm_url):
     status, body = get(f"{sim_vllm_url}/v1/models")
     model = json.loads(body)["data"][0]
@@ -191,6 +201,7 @@ def test_models_lists_the_served_model_owned_by_the_simulator(sim_vllm_url):
     assert model["owned_by"] == "pitwall-sim"
 
 
+@starts_a_server
 def test_health_is_503_while_starting_then_200():
     now = [100.0]
     running = start(SimOptions(**{**vars(options()), "startup_seconds": 30.0}),
@@ -206,6 +217,7 @@ def test_health_is_503_while_starting_then_200():
     assert ready == (200, 200)
 
 
+@starts_a_server
 def test_sim_state_has_exactly_the_documented_keys():
     opts = SimOptions(**{**vars(options(tensor_parallel_size=2)), "gpu_indices": [2, 3]})
     running = start(opts)
@@ -238,6 +250,7 @@ def test_a_model_too_big_for_the_gpu_fails_at_startup_like_vllm(capsys):
     assert "KV cache" in capsys.readouterr().err
 
 
+@starts_a_server
 def test_the_module_serves_from_the_command_line_and_stops_on_sigterm():
     process = subprocess.Popen(
         [sys.executable, "-m", "agents.sim.vllm_server", "--port", "0", "--load", "0"],

@@ -7,9 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.lib import selfmetrics
+
+# Each test runs Python processes of its own.
+pytestmark = pytest.mark.slow(seconds=2)
 
 # A server process: counts a request and a live client, says so, then waits to be told to go.
 CHILD = """
