@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, transaction
@@ -123,7 +124,9 @@ def _load_host(host_id: int) -> HostState:
 
 
 class Registry:
-    def __init__(self) -> None:
+    def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
+        # Unix seconds, for the tokens' expiry at the door (tests set a clock of their own).
+        self.wall_clock = wall_clock
         # Every agent token's HMAC digest -> Credential: reloaded whole, in one query, every
         # TOKEN_TTL_S, so the hot path never queries per request or per token.
         self._tokens: dict[str, Credential] = {}
@@ -173,7 +176,7 @@ class Registry:
             raise BadRequest(credentials.UNKNOWN, status=401)
         if entry.refused:
             raise TokenRefused(entry.token_id, entry.refused)
-        if time.time() >= entry.expires:
+        if self.wall_clock() >= entry.expires:
             raise TokenRefused(entry.token_id, credentials.EXPIRED)
         return entry
 

@@ -34,6 +34,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -107,8 +108,10 @@ class FlushTimeout(StorageUnavailable):
 
 class Writer:
     def __init__(self, dsn: str, flush_rows: int, flush_ms: int,
-                 flush_timeout_s: float = 10.0) -> None:
+                 flush_timeout_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.dsn = dsn
+        self.clock = clock  # when a batch arrived and when its flush is due
         self.flush_rows = flush_rows
         self.flush_s = flush_ms / 1000
         self.flush_timeout_s = flush_timeout_s
@@ -119,8 +122,9 @@ class Writer:
         # True from an abandoned flush until a new connection answers (RECONNECT_EVERY_S).
         self.stalled = False
         self._stalled_since = 0.0
+        self.failed_reconnects = 0  # attempts that gave up, since the start
         self._abandoned: set[asyncio.Task] = set()  # flushes cancelled, not yet ended
-        self._oldest = 0.0  # when the oldest pending batch arrived (monotonic)
+        self._oldest = 0.0  # when the oldest pending batch arrived (self.clock)
         self._wake = asyncio.Event()
         self._full = asyncio.Event()
         self._conn: psycopg.AsyncConnection | None = None
@@ -173,7 +177,7 @@ class Writer:
             raise StorageUnavailable("the database stopped answering; retry later")
         loop = asyncio.get_running_loop()
         if not self._pending:
-            self._oldest = time.monotonic()  # its flush is due flush_ms from now
+            self._oldest = self.clock()  # its flush is due flush_ms from now
         for item in items:
             item.future = loop.create_future()
             self._pending.append(item)
@@ -204,8 +208,8 @@ class Writer:
             await self._wake.wait()
             # Due flush_ms after the oldest waiting batch arrived, not after the previous
             # flush ended: a batch that came during a slow flush does not wait a whole
-            # window more (issue 17: the tail under load).
-            left = self._oldest + self.flush_s - time.monotonic()
+            # window more (the tail under load).
+            left = self._oldest + self.flush_s - self.clock()
             if not self._stopping and left > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), left)
@@ -305,6 +309,7 @@ class Writer:
             try:
                 self._conn = await make_copy_connection(self.dsn, self._connect_timeout())
             except (psycopg.Error, OSError) as exc:
+                self.failed_reconnects += 1
                 log.debug("ingest writer: no new connection yet: %s", exc)
                 await asyncio.sleep(RECONNECT_EVERY_S)
                 continue
