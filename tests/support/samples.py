@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from controlplane.alerts.windows.schema import all_names as slice_tables
+from controlplane.alerts.windows.schema import STATE_TABLE
 from controlplane.telemetry.packing.schema import TABLES as PACKED
 from controlplane.telemetry.rollups.schema import all_tables as rollup_tables
 from controlplane.telemetry.schema import TABLES
@@ -16,7 +16,7 @@ def truncate_samples() -> None:
     partitions that hold rows (a TRUNCATE of all of them costs a sixth of a second, and most
     tests leave them empty)."""
     parents = [t.name for t in TABLES.values()] + [t.name for t in PACKED.values()] \
-        + [t.name for t in rollup_tables()] + slice_tables()
+        + [t.name for t in rollup_tables()] + [STATE_TABLE]
     with connection.cursor() as cursor:
         # the leaf partitions of the partitioned tables, and the plain tables themselves
         cursor.execute("SELECT relid::text FROM unnest(%(p)s::regclass[]) AS parent, "
