@@ -5,8 +5,8 @@ a deployment's, or one Pitwall only watches (started by systemd, Kubernetes, a s
 deployment at that port). One query per table for every server at once, over the 1-minute
 rollups (a 10-minute window of 1,000 servers is ~10 k engine rows and ~80 k GPU rows, where
 the raw tables hold 60× that): engine gauges and rates, TTFT and ITL p99 from the summed
-histogram buckets (the alert evaluator's ``bucket_sums`` and the series API's
-``histogram_quantile``), the server's GPUs (a deployment's own, else those its engines report),
+histogram buckets (``bucket_sums`` and ``histogram_quantile`` of telemetry's series
+histograms), the server's GPUs (a deployment's own, else those its engines report),
 its vLLM processes, and the host's cgroup throttling. The CPUs the processes
 may run on are an attribute, not a series: the newest raw process rows carry them.
 """
