@@ -45,7 +45,7 @@ class HistogramLayout(models.Model):
 class HostHistogramLayout(models.Model):
     """A histogram layout a host has sent. Ingest counts these to cap the distinct layouts each
     host may register (``MAX_HISTOGRAM_LAYOUTS_PER_HOST``): layout ids are 16-bit and every
-    reader loads the layout table, so one agent token must not be able to fill it (issue 15)."""
+    reader loads the layout table, so one agent token must not be able to fill it."""
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="+")
     layout = models.ForeignKey(HistogramLayout, on_delete=models.CASCADE, related_name="+")

@@ -8,7 +8,7 @@ or "month"); without one they work on the raw sample tables by day, as ingest ne
 Partitions asked for by incoming data (the ingest writer) go through ``create_on_demand_sql``,
 which refuses any day outside ``raw_days``: older than the raw retention (maintenance would drop
 it within the hour) or further ahead than the partitions made in advance. Without that guard, one
-agent token sending samples of many past days made four tables per day (issue 15).
+agent token sending samples of many past days made four tables per day.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ ITL_TARGET = 0.9
 BUDGET_GROWTH = (1.25, 2.0)
 BUDGET_STEP = 64  # tokens: proposals are multiples of it (fine enough for a 512 budget)
 IDLE_PER_S = 0.05  # requests/s: one every 20 s
-# The reference host (the issue's): what vLLM at fleet scale wants per host.
+# The reference host: what vLLM at fleet scale wants per host.
 REFERENCE = {"gpu_mem_bytes": 24 * 10**9, "cpu_count": 8, "mem_total_bytes": 64 * 10**9}
 
 

@@ -1,4 +1,4 @@
-"""Named kinds of issue 19: ``engine_stalled``, ``gpu_lost``, ``objective_attainment`` and
+"""The named kinds ``engine_stalled``, ``gpu_lost``, ``objective_attainment`` and
 ``error_budget_burn`` (choices only: no column changes)."""
 
 from django.db import migrations, models

@@ -1,8 +1,8 @@
 """PostgreSQL's binary COPY format for the sample tables, encoded a column at a time with numpy.
 
 psycopg's ``write_row`` looks up a dumper and packs every value in Python: with 12 rows and
-~150 values per agent batch that was the largest single cost of the ingest server (py-spy,
-issue 17: ~16 % of its samples). Every row of one table has the same fixed-width layout once
+~150 values per agent batch that was the largest single cost of the ingest server (py-spy:
+~16 % of its samples). Every row of one table has the same fixed-width layout once
 it is known which columns are NULL and how long each array is, so a flush's rows are grouped by
 that shape (nearly always one group) and each group becomes one numpy structured array: the
 field lengths are constants, the values are assigned column by column in C, and ``tobytes``

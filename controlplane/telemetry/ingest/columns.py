@@ -2,7 +2,7 @@
 
 The typed structs below are generated from the metric catalog: a column is a list with one
 value (or null) per row, and each metric's bounds are msgspec ``Meta`` constraints, so parsing
-and checking every value is one pass in C (issue 17: 21 µs against 106 µs for orjson plus the
+and checking every value is one pass in C (measured: 21 µs against 106 µs for orjson plus the
 Python walk of v1, per 4 KB batch). What is left in Python runs per column, not per value:
 equal column lengths, unique ids per sample, histogram layouts. A refusal names the column and
 the index (``gpus.util_pct[3]``) with the same texts as v1 (validate.py).

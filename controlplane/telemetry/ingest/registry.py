@@ -208,8 +208,8 @@ class Registry:
 
         The reload runs in the background while the cached versions are less than
         CONFIG_STALE_TTLS reloads old: requests do not queue behind it. Waiting for it made
-        every request of a loaded server stall for the query's time every 2 s (issue 17:
-        traced as seconds of p99 in the "prepare" step when PostgreSQL was slow).
+        every request of a loaded server stall for the query's time every 2 s (traced as
+        seconds of p99 in the "prepare" step when PostgreSQL was slow).
         """
         age = time.monotonic() - self._versions_loaded
         if age >= CONFIG_STALE_TTLS * CONFIG_TTL_S:

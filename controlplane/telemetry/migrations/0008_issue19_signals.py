@@ -1,4 +1,4 @@
-"""The columns of the signals issue 19 added to the catalog (finished and waiting requests by
+"""The columns of the signals the catalog gained (finished and waiting requests by
 reason, speculative decoding, LoRA, batch size and length histograms; GPU energy, NVLink,
 single-bit ECC, remapped rows, PCIe replays): each schema's statements are idempotent
 (``ADD COLUMN IF NOT EXISTS``), so running them adds what the catalog gained."""
