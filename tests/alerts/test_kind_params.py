@@ -1,4 +1,4 @@
-"""The params of issue 19's kinds are checked key by key, with errors that name the key; the
+"""The params of the named kinds are checked key by key, with errors that name the key; the
 rule editor offers the kinds and refuses bad params without storing the rule."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def burn_form(**fields) -> dict:
     return form
 
 
-def test_the_rule_editor_offers_the_new_kinds_and_names_a_bad_param(lead):
+def test_the_rule_editor_offers_the_kinds_with_params_and_names_a_bad_param(lead):
     html = lead.get("/alerts/rules/new/").content.decode()
     for kind in ("engine_stalled", "gpu_lost", "objective_attainment", "error_budget_burn"):
         assert f'value="{kind}"' in html

@@ -1,6 +1,7 @@
-"""The named kinds of issue 19 end to end: samples posted to the real ingest app (as an agent
-sends them, timestamps a second or so old), then a real evaluation cycle at the present
-instant. Each kind fires on its trouble and stays silent on the healthy case beside it:
+"""The named kinds for stalled engines, lost GPUs and latency objectives end to end: samples
+posted to the real ingest app (as an agent sends them, timestamps a second or so old), then a
+real evaluation cycle at the present instant. Each kind fires on its trouble and stays silent
+on the healthy case beside it:
 
 - ``engine_stalled``: requests held, no token and no finished request (an idle engine and a
   down one are not stalled);
