@@ -81,7 +81,7 @@ def test_a_rule_with_a_stored_regex_re2_refuses_is_marked_and_keeps_its_alerts(h
 
 
 def test_a_summary_longer_than_its_column_is_cut_and_the_cycle_goes_on(hot, node):
-    # Issue 15: 2,000 rendered characters into a 1,000-character column failed the whole cycle.
+    # Uncut, 2,000 rendered characters into a 1,000-character column failed the whole cycle.
     wide = rule(name="Wide summary", metric="gpu.temp_c", aggregation="max", window_s=30,
                 op=">", threshold=85, summary=" ".join(["{host:>200}"] * 10))
 

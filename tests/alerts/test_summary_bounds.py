@@ -20,8 +20,8 @@ def summary_errors(summary: str) -> list[str]:
 
 
 @pytest.mark.parametrize("summary", [
-    "{value:>20000000}",  # issue 15: a 20 MB preview reply
-    "{value:>3000000000}",  # issue 15: MemoryError
+    "{value:>20000000}",  # unbounded: a 20 MB preview reply
+    "{value:>3000000000}",  # unbounded: MemoryError
     "{value:.100000f}",
     "{host:x<5000}",
     "{value:0{threshold}}",  # a nested field: a width chosen by another value

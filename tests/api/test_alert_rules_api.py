@@ -140,7 +140,7 @@ def test_a_preview_of_a_bad_rule_is_a_400_naming_the_field(staff):
 
 
 def test_only_those_who_may_edit_rules_preview(api, alice):
-    # Issue 15: any user could preview, and a preview runs the draft's queries over the fleet.
+    # A preview runs the draft's queries over the fleet: not for any user.
     assert not alice.has_perm("alerts.change_alertrule")
     response = api.post(f"{URL}preview/", HOT, format="json")
     assert response.status_code == 403
@@ -150,7 +150,7 @@ def test_only_those_who_may_edit_rules_preview(api, alice):
 @pytest.mark.parametrize("summary", ["{value:>20000000}", "{value:>3000000000}",
                                      "{value:.100000f}"])
 def test_a_preview_with_a_huge_format_width_is_a_400_naming_the_summary(staff, summary):
-    # Issue 15: "{value:>20000000}" answered 20 MB per target; ">3000000000" a MemoryError.
+    # Unbounded, "{value:>20000000}" answered 20 MB per target; ">3000000000" a MemoryError.
     response = staff.post(f"{URL}preview/", {**HOT, "summary": summary}, format="json")
     assert response.status_code == 400 and "too wide" in response.json()["summary"][0]
 

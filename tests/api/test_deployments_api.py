@@ -149,7 +149,7 @@ def test_deleting_a_deployment_bumps_the_hosts_config_version(staff, gpu_host):
     assert version(gpu_host.host) == 2 and not Deployment.objects.exists()
 
 
-# --- issue 15: options in values, loader variables, code-loading arguments, secrets ----------
+# --- options in values, loader variables, code-loading arguments, secrets --------------------
 
 @pytest.mark.parametrize(("changes", "field", "needle"), [
     ({"model": "--middleware=evilmod.app"}, "model", "read as an option"),

@@ -40,7 +40,6 @@ def test_a_user_who_is_not_staff_creates_a_silence_authored_by_them(api, alice):
 
 
 def test_the_author_is_the_requesting_user_whatever_the_body_says(api, alice, bob):
-    # Issue 15: the author could be set to another user's name.
     response = api.post(URL, body(author=bob.get_username(), created_by=bob.get_username(),
                                   matchers=[{"label": "alertname", "value": "GPU hot"}]),
                         format="json")
@@ -52,7 +51,7 @@ def test_the_author_is_the_requesting_user_whatever_the_body_says(api, alice, bo
 
 
 def test_a_silence_lasts_at_most_the_maximum_duration(api, settings):
-    # Issue 15: silences had no bound on duration (a silence for 100 years).
+    # Unbounded, a silence could last 100 years.
     now = timezone.now()
     longest = now + timedelta(days=90)
     response = api.post(URL, body(starts_at=now.isoformat(), ends_at=longest.isoformat()),

@@ -134,7 +134,7 @@ def load_samples(end: datetime, step_s: int, minutes: int, quiet: bool = False) 
     return out
 
 
-# The catalog's metrics added since §7 and §17.4 measured this workload (issue 19): the
+# The catalog's metrics added since §7 and §17.4 measured this workload: the
 # generated rules leave them out, so the same seed draws the same rules and a figure compares
 # with the earlier ones; the default pack, the product's own, is loaded as it is.
 ADDED_SINCE_BASELINE = frozenset({

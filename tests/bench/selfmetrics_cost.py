@@ -1,4 +1,4 @@
-"""What Pitwall's own metrics cost the ingest path (issue 18: < 2 % of its CPU at 1,000
+"""What Pitwall's own metrics cost the ingest path (the budget: < 2 % of its CPU at 1,000
 batches/s).
 
     make bench-selfmetrics

@@ -1,4 +1,5 @@
-"""Issue 19's signals on the real 0.32 CPU server run with speculative decoding (ngram) and
+"""vLLM's finer signals (requests by finish and wait reason, speculative decoding, LoRA, batch
+and length histograms) on the real 0.32 CPU server run with speculative decoding (ngram) and
 LoRA on: the agent's collector reads them, and the simulated vLLM given the same flags prints
 the same vllm:* families with the same types and labels."""
 

@@ -115,7 +115,7 @@ def test_it_refuses_an_unknown_token(ingest, host_token):
 
 def test_it_refuses_a_revoked_token(ingest, host_token):
     AgentToken.objects.update(revoked_at=timezone.now())
-    reply = refused(ingest, batch(), host_token, status=401)  # 403 before issue 15
+    reply = refused(ingest, batch(), host_token, status=401)  # the token no longer authenticates
     assert "revoked" in reply["error"]
 
 

@@ -1,4 +1,4 @@
-"""A 503 tells the agent to retry and nothing about the database (issue 15)."""
+"""A 503 tells the agent to retry and nothing about the database."""
 
 from __future__ import annotations
 

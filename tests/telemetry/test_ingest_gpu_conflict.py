@@ -1,4 +1,4 @@
-"""A GPU UUID held by another host: refused without naming that host, logged, movable (issue 15)."""
+"""A GPU UUID held by another host: refused without naming that host, logged, movable."""
 
 from __future__ import annotations
 

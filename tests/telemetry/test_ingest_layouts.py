@@ -1,4 +1,4 @@
-"""Histogram bucket layouts are capped per host: one token cannot fill the table (issue 15)."""
+"""Histogram bucket layouts are capped per host: one token cannot fill the table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Samples outside the retained time range are refused and make no partitions (issue 15)."""
+"""Samples outside the retained time range are refused and make no partitions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Issue 19's vLLM signals end to end: recorded /metrics pages through the agent's collector,
+"""vLLM's finer signals (requests by finish and wait reason, speculative decoding, LoRA, batch
+and length histograms) end to end: recorded /metrics pages through the agent's collector,
 a batch through the real ingest app into PostgreSQL, the stored values, the 1-minute rollups,
 and GET /api/v1/series/ reading them back."""
 
@@ -23,7 +24,7 @@ from tests.telemetry.rollup_data import start_rollups_at
 
 V0_33 = "v1-synthetic-vllm-0.33.0.txt"
 V0_10 = "v1-synthetic-vllm-0.10.2.txt"
-# What issue 19 added to the engine's catalog, by the names other parts rely on.
+# Those signals in the engine's catalog, by the names other parts rely on.
 SIGNALS = (
     "engine.finished_stop_per_s", "engine.finished_length_per_s", "engine.finished_abort_per_s",
     "engine.finished_error_per_s", "engine.requests_waiting_capacity",

@@ -238,7 +238,6 @@ def test_an_operator_silences_alerts_and_expires_the_silence(operator_client, fi
 
 def test_a_silence_is_in_its_creators_name_whatever_the_form_says(operator_client, firing,
                                                                   operator):
-    # Issue 15: the author could be another user's name.
     form = operator_client.get("/alerts/silences/").content.decode()
     author = re.search(r'<input[^>]*name="author"[^>]*>', form).group(0)
     assert 'value="ops"' in author and "disabled" in author
@@ -303,7 +302,7 @@ def test_a_preview_shows_what_would_fire_now_and_stores_nothing(lead, page_fleet
 
 
 def test_only_those_who_may_edit_rules_preview(operator_client, hot_rule):
-    # Issue 15: a preview runs the draft's queries over the fleet.
+    # A preview runs the draft's queries over the fleet.
     for url in ("/alerts/rules/new/", f"/alerts/rules/{hot_rule.id}/"):
         assert operator_client.post(url, rule_form(preview="1")).status_code == 403
 

@@ -1,5 +1,6 @@
-"""The engine page charts issue 19's vLLM signals: a chart per group, each line a metric of
-the catalog for this engine."""
+"""The engine page charts vLLM's finer signals (requests by finish and wait reason, speculative
+decoding, LoRA, batch and length histograms): a chart per group, each line a metric of the
+catalog for this engine."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 20: a slow or busy channel does not hold back the others; every attempt waits on its
+"""A slow or busy channel does not hold back the others; every attempt waits on its
 receiver for ALERT_DELIVERY_TIMEOUT_S; an attempt repeated after a lease ran out (a killed
 worker) carries the notification's id again. Real receivers, a real PostgreSQL."""
 
