@@ -22,16 +22,50 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm gpu-check lint install preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm gpu-check lint install lock test-lowest preflight clean
 
-$(STAMP): pyproject.toml
+# .venv holds exactly what requirements.lock.txt pins, checked against its hashes (pip, with
+# this machine's pip configuration), then Pitwall itself, editable, without dependencies. The
+# lock is uv's resolution of pyproject.toml's agent, server and dev ranges for Python 3.11 and
+# newer (markers pick per machine); `make lock` renews it to the newest releases the ranges
+# allow (LOCK_UPGRADE= keeps the pins that still fit and only follows pyproject.toml's edits).
+LOCK := requirements.lock.txt
+PIP_VERSION := 26.3
+UV_VERSION := 0.13.9
+UV_VENV := $(PITWALL_CACHE)/uv-$(UV_VERSION)
+LOCK_UPGRADE ?= --upgrade
+
+$(STAMP): pyproject.toml $(LOCK)
 	@BASE=$$(command -v $(PYTHON) || command -v python3) && \
 	  $$BASE -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
 	  echo "Python 3.11 or newer is needed (found: $$($$BASE --version 2>&1 || echo none)): apt-get install python3.11 python3.11-venv"; exit 1; }; \
 	  test -x $(PY) || $$BASE -m venv $(VENV) || { echo "Could not create $(VENV): apt-get install python3-venv"; exit 1; }
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[agent,server,dev]'
+	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
+	$(PY) -m pip install --quiet --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
+
+# uv only resolves (pip installs): from PyPI, pinned, in a venv of its own shared by clones.
+$(UV_VENV)/bin/uv:
+	$$(command -v $(PYTHON) || command -v python3) -m venv $(UV_VENV)
+	$(UV_VENV)/bin/pip install --quiet uv==$(UV_VERSION)
+
+LOCK_INPUT := pyproject.toml --extra agent --extra server --extra dev --universal \
+  --python-version 3.11 --generate-hashes
+
+lock: $(UV_VENV)/bin/uv
+	$(UV_VENV)/bin/uv pip compile $(LOCK_INPUT) $(LOCK_UPGRADE) \
+	  --custom-compile-command 'make lock' --quiet -o $(LOCK)
+
+# The lower bounds, which the lock never installs: every direct dependency at the bottom of
+# its range (uv's lowest-direct resolution), in a venv of its own under var/, and the fast
+# tests on it. By hand, not in CI.
+LOWEST := $(VAR)/lowest
+test-lowest: $(UV_VENV)/bin/uv
+	@mkdir -p $(LOWEST)
+	$(UV_VENV)/bin/uv pip compile $(LOCK_INPUT) --resolution lowest-direct --quiet \
+	  -o $(LOWEST)/requirements.txt
+	$(MAKE) test-fast VENV=$(LOWEST)/venv LOCK=$(LOWEST)/requirements.txt
 
 $(NODE_STAMP): package.json package-lock.json
 	@command -v npm >/dev/null || { echo "npm is needed to install the dashboard's JavaScript (uPlot): apt-get install nodejs npm"; exit 1; }
