@@ -242,7 +242,7 @@ def _gpu_collector(config: AgentConfig, warn: Warn, require: bool) -> Any:
         try:
             from agents.sim.gpus import SimNvml
         except ImportError as exc:
-            raise StartupError(f"the simulated GPU backend is unavailable ({exc})") from None
+            raise StartupError(_no_simulator(exc)) from None
         nvml = SimNvml.for_host(config.hostname, config.sim_gpus,
                                 list(config.vllm_metrics_urls))
         return NvmlCollector(nvml=nvml, warn=warn)
@@ -258,6 +258,14 @@ def _gpu_collector(config: AgentConfig, warn: Warn, require: bool) -> Any:
         raise StartupError(f"NVML is not available ({reason}): {advice}")
     warn(f"NVML is not available ({reason}); continuing without GPUs: {advice}")
     return None
+
+
+def _no_simulator(exc: ImportError) -> str:
+    message = f"the simulated GPU backend is unavailable ({exc})"
+    if (exc.name or "").startswith("agents.sim"):  # not a module the simulator itself needs
+        message += ("; the pitwall-agent distribution leaves the simulator out: simulate GPUs "
+                    "from a checkout (make install, then .venv/bin/pitwall-agent)")
+    return message
 
 
 def _optional(source: str, warn: Warn, make: Callable[[], Any]) -> Any:
