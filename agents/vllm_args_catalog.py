@@ -24,7 +24,6 @@ Kind = Literal["int", "float", "bool", "str", "strs", "choice"]
 #   store_bool   vLLM's StoreBoolean (nargs="?"): --flag or --flag=False
 BoolStyle = Literal["optional", "store_true", "store_bool"]
 
-OLDEST_EXAMINED = "0.6.6"
 KNOWN_VERSIONS: tuple[str, ...] = (
     "0.6.6.post1", "0.10.2", "0.11.0", "0.13.0", "0.20.0", "0.32.0", "0.33.0", "0.34.0",
 )
