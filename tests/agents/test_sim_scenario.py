@@ -18,6 +18,8 @@ from controlplane.telemetry.ingest.validate import parse_request
 
 END = float(int(time.time()))
 MINUTES = 6
+# Six minutes of every preset simulated once per module: about 30 s of CPU.
+pytestmark = pytest.mark.slow(seconds=30)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,8 @@ from tests.support.polling import wait_until
 
 SIM = [sys.executable, "-m", "agents.sim.vllm_server", "--model"]
 MODEL = "Qwen/Qwen3-8B"
+# Each test starts simulated vLLM servers as processes of their own.
+pytestmark = pytest.mark.slow(seconds=3)
 TIMEOUT_S = 30.0  # generous: a loaded CI machine; nothing here should take a second
 
 

@@ -12,6 +12,7 @@ each command there is.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,8 +72,14 @@ def python_files() -> list[Path]:
     return sorted((ROOT / "controlplane").rglob("*.py"))
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """Each file parsed once for the whole module (the parametrized tests read them all)."""
+    return ast.parse(path.read_text())
+
+
 def calls(path: Path):
-    yield from (n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call))
+    yield from (n for n in ast.walk(parsed(path)) if isinstance(n, ast.Call))
 
 
 def helper_reads(path: Path) -> dict[str, Read]:
@@ -87,6 +94,7 @@ def helper_reads(path: Path) -> dict[str, Read]:
     return reads
 
 
+@functools.cache
 def environ_reads() -> dict[str, object]:
     """``os.environ.get("NAME", default)`` anywhere in controlplane/: name -> default (None:
     none given)."""
@@ -194,8 +202,7 @@ def test_every_variable_read_outside_settings_py_is_documented():
 
 @pytest.mark.parametrize("name", sorted(set(DOCUMENTED) - set(SETTINGS_READS)))
 def test_each_other_documented_variable_is_read_with_the_documented_default(name):
-    constants = {node.value for path in python_files()
-                 for node in ast.walk(ast.parse(path.read_text()))
+    constants = {node.value for path in python_files() for node in ast.walk(parsed(path))
                  if isinstance(node, ast.Constant)}
     assert name in constants, f"{name} is documented but nothing in controlplane/ reads it"
     reads, cell = environ_reads(), DOCUMENTED[name].default
