@@ -26,6 +26,8 @@ from controlplane.telemetry.models import HistogramLayout
 from tests.support.alert_data import GIB, GPU_TOTAL, T0, Node, make_node, samples, ttft_layout
 from tests.support.samples import truncate_samples
 
+# Half an hour of simulated telemetry for a fleet of scenarios, evaluated 40 times.
+pytestmark = pytest.mark.slow(seconds=8)
 S = timedelta(seconds=1)
 START, END = T0 - 11 * 60 * S, T0 + 20 * 60 * S
 ONSET = T0  # every scenario's trouble starts here
