@@ -38,7 +38,8 @@ def channels(request: HttpRequest) -> HttpResponse:
 @channels_access
 @require_POST
 def channel_test(request: HttpRequest, channel_id: int) -> HttpResponse:
-    """One attempt now, in the request (a transport's timeout is 10 s); the outcome is shown."""
+    """One attempt now, in the request (each transport waits PITWALL_ALERT_DELIVERY_TIMEOUT_S at
+    most); the outcome is shown."""
     channel = get_object_or_404(Channel, pk=channel_id)
     row = service.send_test(channel)
     if row.state == DeliveryState.SENT:
