@@ -418,6 +418,7 @@ class Shipper:
         """Exponential backoff with full jitter: a fleet coming back does not stampede. A
         server's Retry-After (a 503, a 429) is a floor: its wait, plus a random part up to the
         larger of that wait and the backoff window, so a fleet shed at once returns spread."""
+        self.spool.settle()  # the group waits with the rest: evictable again while we wait
         window = min(self._cap, self._base * 2 ** self._failures)
         self._failures = min(self._failures + 1, 32)
         if retry_after is None:

@@ -209,3 +209,49 @@ def test_a_file_deleted_by_hand_is_forgotten(tmp_path):
 
     assert seqs(spool) == [("boot-a", 2)]
     assert len(spool) == 1 and spool.bytes == (tmp_path / batch_files(tmp_path)[0]).stat().st_size
+
+
+def bound_of(tmp_path, count: int) -> int:
+    """The bytes of ``count`` one-sample batches, as the spool counts them."""
+    measure = Spool(tmp_path / "measure", max_bytes=10**9)
+    for seq in range(1, count + 1):
+        measure.append(batch(seq))
+    return measure.bytes
+
+
+def test_a_batch_being_sent_is_not_evicted_the_oldest_idle_one_is(tmp_path):
+    """The server may be storing what the sender peeked: evicting it would count a loss that
+    is not one. The next oldest goes instead, and the counts stay exact."""
+    spool = Spool(tmp_path / "spool", max_bytes=bound_of(tmp_path, 3))
+    for seq in (1, 2, 3):
+        spool.append(batch(seq))
+    [sending] = spool.peek(max_batches=1)
+    spool.append(batch(4))  # past the bound while batch 1 is in flight
+    spool.remove([sending.name])  # the server stored it
+
+    assert seqs(spool) == [("boot-a", 3), ("boot-a", 4)]
+    assert spool.evictions() == (1, 1)  # batch 2, the one really lost
+
+
+def test_a_group_that_failed_is_evictable_again_once_settled(tmp_path):
+    spool = Spool(tmp_path / "spool", max_bytes=bound_of(tmp_path, 2))
+    for seq in (1, 2):
+        spool.append(batch(seq))
+    spool.peek()
+    spool.settle()  # the post failed: the sender waits with the group back in the spool
+    spool.append(batch(3))
+
+    assert seqs(spool) == [("boot-a", 2), ("boot-a", 3)]
+    assert spool.evictions() == (1, 1)
+
+
+def test_when_only_batches_being_sent_are_left_the_new_one_is_counted_as_evicted(tmp_path):
+    spool = Spool(tmp_path / "spool", max_bytes=bound_of(tmp_path, 2))
+    for seq in (1, 2):
+        spool.append(batch(seq))
+    sending = spool.peek()
+    spool.append(batch(3))
+
+    assert [s.name for s in spool.peek()] == [s.name for s in sending]
+    assert spool.evictions() == (1, 1)
+    assert spool.bytes <= spool.max_bytes
