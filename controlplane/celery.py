@@ -20,6 +20,15 @@ app.autodiscover_tasks(["controlplane.alerts.delivery"])
 app.conf.beat_scheduler = "controlplane.beat:Scheduler"
 
 
+def every(task: str, seconds: float, *, expires: bool = True) -> dict:
+    """A periodic task; ``expires``: a run that waited longer than one interval is stale, the
+    next one supersedes it."""
+    entry: dict = {"task": task, "schedule": seconds}
+    if expires:
+        entry["options"] = {"expires": seconds}
+    return entry
+
+
 def beat_schedule() -> dict:
     """The periodic tasks, at the intervals of settings.PITWALL."""
     pitwall = settings.PITWALL
@@ -29,45 +38,21 @@ def beat_schedule() -> dict:
     dispatch_s = float(pitwall["ALERT_DISPATCH_INTERVAL_S"])
     tuning_s = float(pitwall["TUNING_INTERVAL_S"])
     return {
-        "maintain-partitions": {
-            "task": "controlplane.telemetry.tasks.maintain_partitions",
-            "schedule": 3600.0,
-        },
-        "roll-up": {
-            "task": "controlplane.telemetry.tasks.roll_up",
-            "schedule": rollup_s,
-        },
-        "pack-history": {
-            "task": "controlplane.telemetry.tasks.pack_history",
-            "schedule": pack_s,
-        },
-        "evaluate-alert-rules": {
-            "task": "controlplane.alerts.tasks.evaluate_rules",
-            "schedule": evaluate_s,
-            # A cycle that waited longer than one interval is stale: the next one supersedes it.
-            "options": {"expires": evaluate_s},
-        },
+        "maintain-partitions": every("controlplane.telemetry.tasks.maintain_partitions", 3600.0,
+                                     expires=False),
+        "roll-up": every("controlplane.telemetry.tasks.roll_up", rollup_s, expires=False),
+        "pack-history": every("controlplane.telemetry.tasks.pack_history", pack_s,
+                              expires=False),
+        "evaluate-alert-rules": every("controlplane.alerts.tasks.evaluate_rules", evaluate_s),
         # Notifications: group firing/resolved alerts per route, then deliver the due rows.
-        "dispatch-notifications": {
-            "task": "controlplane.alerts.delivery.tasks.dispatch_notifications",
-            "schedule": dispatch_s,
-            "options": {"expires": dispatch_s},
-        },
-        "deliver-due-notifications": {
-            "task": "controlplane.alerts.delivery.tasks.deliver_due",
-            "schedule": dispatch_s,
-            "options": {"expires": dispatch_s},
-        },
-        "diagnose-deployments": {
-            "task": "controlplane.tuning.tasks.diagnose_deployments",
-            "schedule": tuning_s,
-            "options": {"expires": tuning_s},
-        },
-        "follow-up-suggestions": {
-            "task": "controlplane.tuning.tasks.follow_up_suggestions",
-            "schedule": tuning_s,
-            "options": {"expires": tuning_s},
-        },
+        "dispatch-notifications": every(
+            "controlplane.alerts.delivery.tasks.dispatch_notifications", dispatch_s),
+        "deliver-due-notifications": every(
+            "controlplane.alerts.delivery.tasks.deliver_due", dispatch_s),
+        "diagnose-deployments": every(
+            "controlplane.tuning.tasks.diagnose_deployments", tuning_s),
+        "follow-up-suggestions": every(
+            "controlplane.tuning.tasks.follow_up_suggestions", tuning_s),
     }
 
 
