@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 PROTOCOL_VERSION = 1
 COLUMNS_VERSION = 2
+# Where agents post their batches: the server routes this path around Django (asgi.py).
+INGEST_PATH = "/api/v1/ingest"
 # A reply header listing the protocol versions the server accepts ("1, 2"); absent: v1 only.
 PROTOCOLS_HEADER = "Pitwall-Protocols"
 

@@ -29,10 +29,15 @@ from urllib.parse import SplitResult, urlsplit
 
 from agents import __version__
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
-from agents.protocol import COLUMNS_VERSION, PROTOCOL_VERSION, PROTOCOLS_HEADER, to_columns
+from agents.protocol import (
+    COLUMNS_VERSION,
+    INGEST_PATH,
+    PROTOCOL_VERSION,
+    PROTOCOLS_HEADER,
+    to_columns,
+)
 from agents.spool import REPLAY_MAX_BATCHES, Batch, Spool, Spooled, encode, join_batches
 
-INGEST_PATH = "/api/v1/ingest"
 PERMANENT = frozenset({400, 413, 415})  # the same bytes can never be accepted: drop them
 BAD_TOKEN = frozenset({401, 403})  # an operator must fix the token: keep the data meanwhile
 _BATCH_INDEX = re.compile(r"^batches\[(\d+)\]")

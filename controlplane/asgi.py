@@ -24,7 +24,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_app = get_asgi_application()
 
-from agents.transport import INGEST_PATH  # noqa: E402 - the path agents post to
+from agents.protocol import INGEST_PATH  # noqa: E402 - the path agents post to
 from controlplane.realtime.publisher import Publisher  # noqa: E402
 from controlplane.realtime.routing import websocket_app  # noqa: E402
 from controlplane.telemetry.ingest.app import IngestApp  # noqa: E402
