@@ -138,7 +138,7 @@ def _header(nvml: Any, collector: NvmlCollector, interval: float, listed: Any) -
     print(f"NVML module: {module}")
     print(f"driver {collector.driver_version() or 'unknown'}, "
           f"NVML {_text(_call(nvml, 'nvmlSystemGetNVMLVersion'))}, CUDA driver API {cuda}")
-    gpus = [g for g in collector.inventory() if not (g["mig"] or {}).get("parent_uuid")]
+    gpus = _boards(collector)
     names = ", ".join(f"{g['index']}: {g['name']}" for g in gpus)
     print(f"NVML lists {listed} GPU(s); the collector found {len(gpus)}: {names or 'none'}")
 
@@ -147,7 +147,7 @@ def _report_gpu(gpu: dict[str, Any], sample: dict[str, Any] | None,
                 collector: NvmlCollector, warnings: list[str]) -> bool:
     """Print one GPU's metrics; whether it was read."""
     mem = f"{gpu['mem_total_bytes'] / 2**30:.0f} GiB" if gpu["mem_total_bytes"] else "memory ?"
-    mig = " MIG device" if (gpu["mig"] or {}).get("parent_uuid") else ""
+    mig = " MIG device" if _is_mig_device(gpu) else ""
     print(f"\nGPU {gpu['index']}{mig}  {gpu['name']}  {gpu['uuid']}  {gpu['pci_bus_id']}  {mem}")
     sent, unsupported, missing = 0, [], []
     for metric in metrics_of("gpu"):
@@ -198,7 +198,7 @@ def _show(metric: Metric, value: Any) -> str:
 
 
 def _verdict(collector: NvmlCollector, listed: Any, unread: list[dict[str, Any]]) -> int:
-    gpus = [g for g in collector.inventory() if not (g["mig"] or {}).get("parent_uuid")]
+    gpus = _boards(collector)
     label = " (SIMULATED NVML)" if collector.simulated else ""
     if not gpus:
         _fail(f"NVML initialised but lists no GPU{label}")
@@ -211,6 +211,15 @@ def _verdict(collector: NvmlCollector, listed: Any, unread: list[dict[str, Any]]
         return EXIT_UNREAD
     print(f"\nresult: every GPU read ({len(gpus)}){label}")
     return EXIT_OK
+
+
+def _is_mig_device(gpu: dict[str, Any]) -> bool:
+    return bool((gpu["mig"] or {}).get("parent_uuid"))
+
+
+def _boards(collector: NvmlCollector) -> list[dict[str, Any]]:
+    """The physical GPUs of the collector's inventory (a MIG device is part of one)."""
+    return [gpu for gpu in collector.inventory() if not _is_mig_device(gpu)]
 
 
 def _init_failure(exc: BaseException | None) -> str:
