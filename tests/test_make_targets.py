@@ -5,11 +5,13 @@ own, or a suite that loses its marker, fails here instead of running for minutes
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ import pytest
 from tests.support.suites import OWN_SUITES
 
 ROOT = Path(__file__).resolve().parent.parent
-# Seven collections of the whole tree, about 7 s each on 2 cores.
+# Six collections of the whole tree, about 7 s each on 2 cores.
 pytestmark = pytest.mark.slow(seconds=50)
 
 
@@ -36,37 +38,40 @@ def pytest_args(target: str) -> list[str]:
     return words[words.index("pytest") + 1:]
 
 
-def collected(args: list[str], tmp_path: Path) -> dict[str, set[str]]:
-    """Each test the arguments select, with its markers."""
-    report = tmp_path / "collected.json"
-    subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-q",
-                    "-p", "no:cacheprovider", "-p", "tests.support.collection_report"],
-                   cwd=ROOT, env={**os.environ, "PITWALL_COLLECTION_REPORT": str(report)},
-                   capture_output=True, check=True)
-    return {test: set(marks) for test, marks in json.loads(report.read_text()).items()}
+@functools.cache
+def collected(*args: str) -> dict[str, frozenset[str]]:
+    """Each test the arguments select, with its markers (once per arguments and session)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "collected.json"
+        subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only", "-q",
+                        "-p", "no:cacheprovider", "-p", "tests.support.collection_report"],
+                       cwd=ROOT, env={**os.environ, "PITWALL_COLLECTION_REPORT": str(report)},
+                       capture_output=True, check=True)
+        selected = json.loads(report.read_text())
+    return {test: frozenset(marks) for test, marks in selected.items()}
 
 
-def carrying(tests: dict[str, set[str]], *markers: str) -> list[str]:
+def carrying(tests: dict[str, frozenset[str]], *markers: str) -> list[str]:
     return [test for test, marks in tests.items() if marks & set(markers)]
 
 
-def test_make_test_runs_everything_but_the_suites_of_their_own(tmp_path):
-    tests = collected(pytest_args("test"), tmp_path)
+def test_make_test_runs_everything_but_the_suites_of_their_own():
+    tests = collected(*pytest_args("test"))
     assert len(tests) > 1000
     assert carrying(tests, *OWN_SUITES) == []
     assert carrying(tests, "slow"), "make test must run the slow tests"
 
 
-def test_make_test_fast_leaves_out_the_slow_tests_and_every_suite(tmp_path):
-    tests = collected(pytest_args("test-fast"), tmp_path)
+def test_make_test_fast_leaves_out_the_slow_tests_and_every_suite():
+    tests = collected(*pytest_args("test-fast"))
     assert len(tests) > 1000
     assert carrying(tests, "slow", *OWN_SUITES) == []
     assert not any(test.startswith(("tests/faults/", "tests/real_vllm/", "tests/e2e/"))
                    for test in tests)
 
 
-def test_plain_pytest_collects_what_make_test_does(tmp_path):
-    assert collected([], tmp_path).keys() == collected(pytest_args("test"), tmp_path).keys()
+def test_plain_pytest_collects_what_make_test_does():
+    assert collected().keys() == collected(*pytest_args("test")).keys()
 
 
 @pytest.mark.parametrize(("target", "marker", "folder"), [
@@ -74,9 +79,8 @@ def test_plain_pytest_collects_what_make_test_does(tmp_path):
     ("test-real-vllm", "real_vllm", "tests/real_vllm/"),
     ("test-schema", "schema_fuzz", "tests/schema_fuzz/"),
 ])
-def test_each_suite_target_runs_its_own_suite_and_nothing_else(tmp_path, target, marker,
-                                                              folder):
-    tests = collected(pytest_args(target), tmp_path)
+def test_each_suite_target_runs_its_own_suite_and_nothing_else(target, marker, folder):
+    tests = collected(*pytest_args(target))
     assert tests, f"make {target} collects nothing"
     assert all(marker in marks for marks in tests.values())
     assert all(test.startswith(folder) for test in tests)
