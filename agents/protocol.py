@@ -157,6 +157,10 @@ CATALOG: tuple[Metric, ...] = (
     _histogram("engine.itl_seconds", "Inter-token latency"),
     _histogram("engine.e2e_seconds", "End-to-end request latency"),
     _histogram("engine.queue_seconds", "Time spent waiting in the queue"),
+    # With queue_seconds, where a request's time to first token went: waiting to be scheduled,
+    # then prefilling its prompt (the diagnoses tell queueing from prefill by the two).
+    _histogram("engine.prefill_seconds", "Time spent prefilling the prompt, from the first "
+               "step that scheduled it to its first token"),
     # engine: what vLLM reports beyond load and latency; each absent where the release or its
     # flags lack it (no speculative decoding, no LoRA, an older vLLM)
     Metric("engine.requests_waiting_capacity", "count", "gauge",
@@ -193,6 +197,9 @@ CATALOG: tuple[Metric, ...] = (
     # process (the vLLM processes)
     Metric("proc.cpu_pct", "%", "gauge", "Process CPU time over the interval (100 = one core)",
            low=0.0),
+    Metric("proc.cpu_wait_pct", "%", "gauge",
+           "Time the process's threads were runnable but waited for a CPU, over the interval "
+           "(100 = one thread waiting all the time; Linux schedstat run delay)", low=0.0),
     _bytes("proc.rss_bytes", "Resident set size"),
     _bytes("proc.gpu_mem_bytes", "GPU memory used by the process, all its GPUs"),
     Metric("proc.threads", "count", "gauge", "Threads", low=0, integer=True),

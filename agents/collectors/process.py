@@ -6,6 +6,7 @@ separate processes, so an engine is the process listening on its port plus all d
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from agents.collectors.base import Warn, WarnOnce, stderr_warn
 class _Tracked:
     proc: Any  # psutil.Process, kept so cpu_times deltas span two collect() calls
     cpu_s: float | None = None
+    wait_s: float | None = None  # run-queue delay of all its threads so far (schedstat)
     at: float | None = None
 
 
@@ -35,8 +37,9 @@ class _Found:
 class ProcessCollector:
     def __init__(self, psutil_module: ModuleType | None = None, warn: Warn = stderr_warn,
                  sys_root: str = "/sys", clock: Callable[[], float] = time.monotonic,
-                 cache_s: float = 5.0) -> None:
+                 cache_s: float = 5.0, proc_root: str = "/proc") -> None:
         self._ps: Any = psutil_module or psutil
+        self._proc_root = proc_root
         self._warn = WarnOnce(warn)
         self._clock = clock
         self._cache_s = cache_s
@@ -181,10 +184,13 @@ class ProcessCollector:
             self._tracked.pop(pid, None)
             return None
         cpu_s = values.pop("cpu_s", None)
-        pct = _cpu_pct(tracked, cpu_s, now)
-        if pct is not None:
-            values["cpu_pct"] = pct
-        tracked.cpu_s, tracked.at = cpu_s, now
+        wait_s = run_delay_s(self._proc_root, pid)
+        for key, total, before in (("cpu_pct", cpu_s, tracked.cpu_s),
+                                   ("cpu_wait_pct", wait_s, tracked.wait_s)):
+            pct = _share_pct(total, before, tracked.at, now)
+            if pct is not None:
+                values[key] = pct
+        tracked.cpu_s, tracked.wait_s, tracked.at = cpu_s, wait_s, now
         return values
 
     def _track(self, pid: int) -> _Tracked:
@@ -213,11 +219,36 @@ class ProcessCollector:
         return values
 
 
-def _cpu_pct(tracked: _Tracked, cpu_s: float | None, now: float) -> float | None:
-    """CPU share since the previous call, 100 = one core; None on the priming call."""
-    if cpu_s is None or tracked.cpu_s is None or tracked.at is None or now <= tracked.at:
+def _share_pct(total: float | None, before: float | None, at: float | None,
+               now: float) -> float | None:
+    """Seconds of a cumulative total since the previous call as a share of the time between,
+    100 = one core (or one thread) all the time; None on the priming call. A thread that
+    exited takes its run delay with it: the difference is then clamped at 0."""
+    if total is None or before is None or at is None or now <= at:
         return None
-    return round(max(0.0, 100.0 * (cpu_s - tracked.cpu_s) / (now - tracked.at)), 2)
+    return round(max(0.0, 100.0 * (total - before) / (now - at)), 2)
+
+
+def run_delay_s(proc_root: str, pid: int) -> float | None:
+    """Seconds the process's threads spent runnable but waiting for a CPU, summed over the
+    threads alive now (Linux /proc/<pid>/task/<tid>/schedstat: run time, run delay, slices,
+    in ns). CPU time alone cannot tell an engine loop starved by a busy neighbour on its core
+    from one that has little to do: both use part of a core. None where the kernel has no
+    schedstat (CONFIG_SCHED_INFO off) or the process is gone."""
+    tasks = os.path.join(proc_root, str(pid), "task")
+    try:
+        tids = os.listdir(tasks)
+    except OSError:
+        return None
+    total, read = 0, False
+    for tid in tids:
+        try:
+            with open(os.path.join(tasks, tid, "schedstat"), "rb") as f:
+                total += int(f.read().split()[1])
+            read = True
+        except (OSError, IndexError, ValueError):
+            continue  # the thread exited between the listing and the read
+    return total / 1e9 if read else None
 
 
 def _cpu_seconds(proc: Any) -> float:

@@ -71,6 +71,7 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "itl_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     "e2e_seconds": ("vllm:e2e_request_latency_seconds",),
     "queue_seconds": ("vllm:request_queue_time_seconds",),
+    "prefill_seconds": ("vllm:request_prefill_time_seconds",),
     # Token counts, not seconds. iteration_tokens_total is a histogram despite its name.
     "iteration_tokens": ("vllm:iteration_tokens_total",),
     "prompt_length_tokens": ("vllm:request_prompt_tokens",),

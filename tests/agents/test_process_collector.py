@@ -4,12 +4,13 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections import namedtuple
 
 import psutil
 import pytest
 
-from agents.collectors.process import ProcessCollector
+from agents.collectors.process import ProcessCollector, run_delay_s
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
 
@@ -224,3 +225,40 @@ def test_it_looks_for_a_missing_listener_less_often_than_it_refreshes_descendant
     clock.now += 10
     collector.find_engine_pids(port)
     assert spy.scans == 2
+
+
+SPIN = "import os, sys, time\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def spinner(cpu: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", SPIN, str(cpu)])
+
+
+def test_it_reports_the_time_a_process_waited_for_a_cpu_its_neighbour_held():
+    """Two processes spinning on one core: each runs about half the time and waits the other
+    half, which CPU time alone does not tell from a process with half a core's work."""
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat"):
+        pytest.skip("this kernel keeps no schedstat")
+    cpu = min(os.sched_getaffinity(0))
+    engine, neighbour = spinner(cpu), spinner(cpu)
+    try:
+        clock = Clock()
+        collector = ProcessCollector(clock=clock)
+        collector.collect({"vllm:1/0": [engine.pid]}, {})
+        clock.now += 1.0
+        time.sleep(1.0)
+        [sample] = collector.collect({"vllm:1/0": [engine.pid]}, {})
+    finally:
+        for p in (engine, neighbour):
+            p.kill()
+            p.wait()
+    assert sample["cpu_wait_pct"] >= 20, sample  # about 50: the neighbour holds the core
+    assert sample["cpu_pct"] <= 80, sample
+
+
+def test_run_delay_sums_the_threads_and_skips_one_that_exited(tmp_path):
+    for tid, line in (("7", "900 2000000000 3\n"), ("8", "5 500000000 1\n"), ("9", "")):
+        (tmp_path / "7" / "task" / tid).mkdir(parents=True)
+        (tmp_path / "7" / "task" / tid / "schedstat").write_text(line)
+    assert run_delay_s(str(tmp_path), 7) == 2.5
+    assert run_delay_s(str(tmp_path), 8) is None  # gone, or no schedstat

@@ -150,6 +150,7 @@ def test_a_single_engine_page_fills_every_engine_key():
                 "itl_seconds": "vllm:inter_token_latency_seconds",
                 "e2e_seconds": "vllm:e2e_request_latency_seconds",
                 "queue_seconds": "vllm:request_queue_time_seconds",
+                "prefill_seconds": "vllm:request_prefill_time_seconds",
                 "iteration_tokens": "vllm:iteration_tokens_total",
                 "prompt_length_tokens": "vllm:request_prompt_tokens",
                 "generation_length_tokens": "vllm:request_generation_tokens",
@@ -310,7 +311,8 @@ def test_the_real_0_32_capture_gives_every_catalog_key():
     for key, family in (("ttft_seconds", "vllm:time_to_first_token_seconds"),
                         ("itl_seconds", "vllm:inter_token_latency_seconds"),
                         ("e2e_seconds", "vllm:e2e_request_latency_seconds"),
-                        ("queue_seconds", "vllm:request_queue_time_seconds")):
+                        ("queue_seconds", "vllm:request_queue_time_seconds"),
+                        ("prefill_seconds", "vllm:request_prefill_time_seconds")):
         _histogram_matches_file(text, readings.histograms[key], family, "0")
         assert readings.histograms[key].cumulative[-1] > 0  # captured after load
     assert readings.config["block_size"] == label_sets(text, "vllm:cache_config_info")[0][

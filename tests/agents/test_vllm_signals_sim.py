@@ -149,8 +149,9 @@ def test_every_new_engine_signal_reaches_the_collector_from_a_simulation_with_bo
         "preemptions_per_s", "prompt_tokens_per_s", "generation_tokens_per_s",
         "requests_finished_per_s", "admission_rejections_per_s", "ttft_seconds", "itl_seconds",
         "e2e_seconds", "queue_seconds"}
-    assert len(new) == 15
+    assert len(new) == 16
     assert new <= sample.keys()
+    assert sum(sample["prefill_seconds"]["counts"]) > 0
     assert sum(sample["iteration_tokens"]["counts"]) > 0
     assert sum(sample["prompt_length_tokens"]["counts"]) > 0
 

@@ -5,15 +5,7 @@ single-bit ECC, remapped rows, PCIe replays): each schema's statements are idemp
 
 from django.db import migrations
 
-
-def sync_columns(apps, schema_editor):
-    from controlplane.telemetry.packing.schema import schema_sql as packed
-    from controlplane.telemetry.rollups.schema import schema_sql as rollups
-    from controlplane.telemetry.schema import schema_sql as raw
-
-    with schema_editor.connection.cursor() as cursor:
-        for stmt in (*raw(), *rollups(), *packed()):
-            cursor.execute(stmt)
+from controlplane.telemetry.migrations import sync_columns
 
 
 class Migration(migrations.Migration):
