@@ -1,4 +1,4 @@
-"""FilterSets of the fleet and alerting lists. A bad value is a 400, never ignored."""
+"""FilterSets of the fleet, alerting and tuning lists. A bad value is a 400, never ignored."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from drf_spectacular.utils import extend_schema_field
 from controlplane.alerts.delivery.models import DeliveryState, Notification
 from controlplane.alerts.models import Alert, AlertState, Severity, Silence
 from controlplane.fleet.models import Engine, Gpu, Host
+from controlplane.tuning.models import Suggestion
 
 _BOOLEANS = {"true": True, "false": False, "1": True, "0": False}
 
@@ -151,3 +152,17 @@ class NotificationFilter(django_filters.FilterSet):
     class Meta:
         model = Notification
         fields = ["channel", "state", "test"]
+
+
+class SuggestionFilter(django_filters.FilterSet):
+    host = IdFilter(method="filter_host", help_text="Host id: of the deployment or the engine")
+    watched = StrictBooleanFilter(
+        field_name="deployment", lookup_expr="isnull",
+        help_text="true: engines Pitwall only watches (no deployment); false: deployments")
+
+    class Meta:
+        model = Suggestion
+        fields = ["deployment", "engine", "state", "kind", "host", "watched"]
+
+    def filter_host(self, queryset, name, value):
+        return queryset.filter(Q(deployment__host_id=value) | Q(engine__host_id=value))

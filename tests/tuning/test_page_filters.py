@@ -1,7 +1,7 @@
 """The Tuning page for a fleet: the open suggestions by default, filters by state, kind, host,
 engine or deployment name and who runs the server, that combine; a page of 25 at a time whose
 links keep the filters; a bad filter is a 400 that names it; the page's queries do not grow with
-it."""
+it. The API takes the host and watched filters too."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import pytest
 from django.test import Client
 
 from controlplane.fleet.models import Engine, Host
+from controlplane.fleet.tokens import issue_api_token
 from controlplane.tuning.models import Suggestion
 from controlplane.web.views.suggestions import PAGE_SIZE
+from tests.support.clients import bearer_client
 from tests.support.roles import user_with_role
 from tests.tuning.factories import deployment, gpus, host
 
@@ -239,3 +241,19 @@ def test_the_pages_queries_do_not_grow_with_the_fleet(fleet, reports,
         with django_assert_max_num_queries(QUERIES):
             assert client.get(URL, params).status_code == 200
 
+
+def test_the_api_filters_by_host_and_by_who_runs_the_server(fleet):
+    user_with_role("reader", "viewer")
+    api = bearer_client(issue_api_token("reader", name="tests"))
+
+    def found(**params) -> set[int]:
+        reply = api.get("/api/v1/suggestions/", {"state": "open", **params})
+        assert reply.status_code == 200, reply.json()
+        return {row["id"] for row in reply.json()["results"]}
+
+    assert found(host=fleet.second.id) == {fleet.elsewhere.id}
+    assert found(watched="true") == {fleet.watched.id, fleet.elsewhere.id}
+    assert found(watched="false", host=fleet.first.id) == {fleet.applicable.id, fleet.report.id}
+    for bad in ({"watched": "maybe"}, {"host": "first"}):
+        reply = api.get("/api/v1/suggestions/", bad)
+        assert reply.status_code == 400 and set(reply.json()) == set(bad)

@@ -8,6 +8,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.api.filters import SuggestionFilter
 from controlplane.api.permissions import CanDecideSuggestions
 from controlplane.api.serializers.suggestions import SuggestionSerializer
 from controlplane.tuning import service
@@ -25,7 +26,7 @@ class SuggestionViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = SuggestionSerializer
     permission_classes = [CanDecideSuggestions]
     lookup_value_converter = "int"
-    filterset_fields = ["deployment", "engine", "state", "kind"]
+    filterset_class = SuggestionFilter
 
     def get_queryset(self):
         return (Suggestion.objects.select_related("deployment", "engine", "decided_by")
@@ -41,18 +42,18 @@ class SuggestionViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(summary="Apply the proposed change: a new revision of the deployment "
                            "(409 for an engine Pitwall does not run)",
                    request=None, responses={200: SuggestionSerializer, 409: REFUSED})
-    @action(detail=True, methods=["post"], filterset_fields=[])
+    @action(detail=True, methods=["post"], filterset_class=None)
     def accept(self, request: Request, pk=None) -> Response:
         return self._act(request, service.accept)
 
     @extend_schema(summary="Not now: the same evidence will not bring it back",
                    request=None, responses={200: SuggestionSerializer, 409: REFUSED})
-    @action(detail=True, methods=["post"], filterset_fields=[])
+    @action(detail=True, methods=["post"], filterset_class=None)
     def dismiss(self, request: Request, pk=None) -> Response:
         return self._act(request, service.dismiss)
 
     @extend_schema(summary="Back to the config before the accepted change",
                    request=None, responses={200: SuggestionSerializer, 409: REFUSED})
-    @action(detail=True, methods=["post"], filterset_fields=[])
+    @action(detail=True, methods=["post"], filterset_class=None)
     def revert(self, request: Request, pk=None) -> Response:
         return self._act(request, service.revert)
