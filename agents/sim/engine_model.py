@@ -7,7 +7,9 @@ the newest running request is preempted (recompute: its KV is dropped and it goe
 front of the queue), as vLLM's scheduler does. A step lasts as long as a roofline says the GPU
 would need (read the weights and the batch's KV once, plus matmul FLOPs for every token).
 Nothing here sleeps or reads a clock: ``advance(until)`` simulates up to a time the caller
-gives, so tests step hours of traffic in milliseconds.
+gives, so tests step hours of traffic in milliseconds. Requests come from the caller
+(``submit``) or from a load (workload.py): Poisson arrivals, or clients in a closed loop whose
+next request comes some time after their last one finished.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agents.sim.cpu_model import CpuModel
-from agents.sim.workload import RequestSpec, SyntheticLoad
+from agents.sim.workload import ClientLoad, RequestSpec, SyntheticLoad
 from agents.vllm_args import serve_default
 
-__all__ = ["EngineConfig", "EngineModel", "Request", "RequestSpec", "StepStats",
+__all__ = ["ClientLoad", "EngineConfig", "EngineModel", "Request", "RequestSpec", "StepStats",
            "SyntheticLoad", "params_from_model_name"]
 
 GIB = 1 << 30
@@ -116,10 +118,12 @@ class Request:
     """One request's progress and timestamps (vLLM's RequestStats, in simulated seconds)."""
 
     __slots__ = ("prompt_tokens", "max_tokens", "output_tokens", "cached_tokens", "arrival",
-                 "tag", "scheduled_ts", "first_token_ts", "last_token_ts", "finished_ts",
-                 "generated", "computed", "blocks", "preemptions", "finish_reason", "lora")
+                 "tag", "synthetic", "queued_ts", "scheduled_ts", "first_token_ts",
+                 "last_token_ts", "finished_ts", "generated", "computed", "blocks",
+                 "preemptions", "finish_reason", "lora")
 
-    def __init__(self, spec: RequestSpec, arrival: float, tag: Any = None) -> None:
+    def __init__(self, spec: RequestSpec, arrival: float, tag: Any = None,
+                 synthetic: bool = False) -> None:
         self.prompt_tokens = spec.prompt_tokens
         self.max_tokens = spec.max_tokens
         self.output_tokens = min(spec.output_tokens, spec.max_tokens)
@@ -127,6 +131,10 @@ class Request:
         self.lora = spec.lora
         self.arrival = arrival
         self.tag = tag  # the caller's handle (an HTTP waiter); the engine never reads it
+        self.synthetic = synthetic  # drawn from the engine's own load
+        # The scheduler's queue takes arrivals between steps: vLLM's queue time starts here
+        # (its QUEUED event), its TTFT and e2e latency at the arrival.
+        self.queued_ts = arrival
         self.scheduled_ts: float | None = None
         self.first_token_ts = self.last_token_ts = self.finished_ts = 0.0
         self.generated = self.computed = self.blocks = self.preemptions = 0
@@ -170,7 +178,8 @@ class EngineModel:
     """One engine (one data-parallel rank). Feed it requests, ``advance`` it through time."""
 
     def __init__(self, config: EngineConfig, start: float = 0.0,
-                 load: SyntheticLoad | None = None, sink: StatsSink | None = None,
+                 load: SyntheticLoad | ClientLoad | None = None,
+                 sink: StatsSink | None = None,
                  cpu: CpuModel | None = None, rank: int = 0) -> None:
         config.check()
         self.config = config
@@ -183,11 +192,11 @@ class EngineModel:
         self.used_blocks = 0
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
-        self._arrivals: list[tuple[float, int, Request, bool]] = []  # bool: synthetic
+        self._arrivals: list[tuple[float, int, Request]] = []
         self._seq = itertools.count()
         self._busy: deque[tuple[float, float]] = deque()
-        if load is not None:
-            self._push_synthetic(start)
+        for arrival, spec in load.first_arrivals(start) if load is not None else ():
+            self.submit(spec, arrival, synthetic=True)
 
     @property
     def kv_cache_usage(self) -> float:
@@ -224,8 +233,8 @@ class EngineModel:
                 f"However, you requested {total} tokens ({spec.prompt_tokens} in the messages, "
                 f"{spec.max_tokens} in the completion). Please reduce the length of the "
                 "messages or completion.")
-        request = Request(spec, arrival, tag)
-        heapq.heappush(self._arrivals, (arrival, next(self._seq), request, synthetic))
+        request = Request(spec, arrival, tag, synthetic)
+        heapq.heappush(self._arrivals, (arrival, next(self._seq), request))
         return request
 
     def advance(self, until: float) -> list[Request]:
@@ -255,9 +264,11 @@ class EngineModel:
 
     def _admit_arrivals(self) -> None:
         while self._arrivals and self._arrivals[0][0] <= self.now:
-            arrival, _, request, synthetic = heapq.heappop(self._arrivals)
+            arrival, _, request = heapq.heappop(self._arrivals)
+            request.queued_ts = self.now
             self.waiting.append(request)
-            if synthetic:  # draw the next one only now: the load stays a lazy Poisson stream
+            # Draw the next one only now: the load stays a lazy Poisson stream.
+            if request.synthetic and not self.load.closed_loop:  # type: ignore[union-attr]
                 self._push_synthetic(arrival)
 
     def _step(self) -> list[Request]:
@@ -402,3 +413,5 @@ class EngineModel:
         request.finish_reason = "length" if request.generated >= request.max_tokens else "stop"
         self.used_blocks -= request.blocks
         request.blocks = 0
+        if request.synthetic and self.load.closed_loop:  # type: ignore[union-attr]
+            self._push_synthetic(t)  # its client sends the next one

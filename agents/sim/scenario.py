@@ -69,9 +69,13 @@ class Deployment:
 
 @dataclass(frozen=True)
 class Load:
-    rate: float = 4.0  # requests/s
+    rate: float = 4.0  # requests/s, Poisson (an open loop), unless ``clients`` is set
     mix: str = "chat"  # agents/sim/workload.MIXES
     seed: int = 1
+    # Clients in a closed loop instead (agents/sim/workload.ClientLoad): each sends its next
+    # request ``outside_s`` (the median) after its last one finished.
+    clients: int = 0
+    outside_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,8 @@ def _options(s: Scenario, interval: float) -> SimOptions:
                       seed=s.load.seed, api_server_count=d.api_server_count, cpus=list(d.cpus),
                       cpu_quota=p.cpu_quota, cpu_contention=p.cpu_contention,
                       numa_remote=numa_remote(s), cpu_window_s=interval, pid=ENGINE_PID,
-                      mix=s.load.mix)
+                      mix=s.load.mix, clients=s.load.clients,
+                      client_outside_s=s.load.outside_s)
 
 
 def numa_remote(s: Scenario) -> bool:

@@ -270,7 +270,7 @@ class EngineSeries:
 
     def on_finished(self, r: Request) -> None:
         one = self.one
-        scheduled = r.scheduled_ts if r.scheduled_ts is not None else r.arrival
+        scheduled = r.scheduled_ts if r.scheduled_ts is not None else r.queued_ts
         decode = r.last_token_ts - r.first_token_ts
         self.by["success"][r.finish_reason].inc()
         for name, value in (
@@ -278,7 +278,7 @@ class EngineSeries:
                 ("max_generation", r.max_tokens), ("params_n", 1),
                 ("params_max_tokens", r.max_tokens),
                 ("tpot", decode / (r.generated - 1) if r.generated > 1 else 0.0),
-                ("e2e", r.finished_ts - r.arrival), ("queue", scheduled - r.arrival),
+                ("e2e", r.finished_ts - r.arrival), ("queue", scheduled - r.queued_ts),
                 ("inference", r.last_token_ts - scheduled),
                 ("prefill", r.first_token_ts - scheduled), ("decode", decode),
                 ("num_preemptions", r.preemptions),

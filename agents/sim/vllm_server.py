@@ -38,6 +38,7 @@ from agents.collectors.cgroup import CgroupThrottle
 from agents.sim.batched_series import BatchedSeries
 from agents.sim.cpu_model import CpuBudget, CpuModel
 from agents.sim.engine_model import (
+    ClientLoad,
     EngineConfig,
     EngineModel,
     Request,
@@ -63,7 +64,7 @@ class SimOptions:
     port: int = 8000
     data_parallel_size: int = 1
     gpu_indices: list[int] | None = None  # None: 0 .. tp*dp-1
-    load: float = 4.0
+    load: float = 4.0  # requests/s, Poisson, unless ``clients`` is set
     seed: int | None = None
     startup_seconds: float = 0.0
     shutdown_timeout: float = 0.0  # vLLM's --shutdown-timeout: 0 aborts on SIGTERM
@@ -79,6 +80,10 @@ class SimOptions:
     # --lora-modules (name -> path), served with --enable-lora (engine.max_loras > 0); the
     # synthetic traffic asks for them too.
     lora_modules: dict[str, str] = field(default_factory=dict)
+    # Clients in a closed loop instead of ``load``, each spending ``client_outside_s`` (the
+    # median) outside the engine between its requests (agents/sim/workload.ClientLoad).
+    clients: int = 0
+    client_outside_s: float = 0.5
 
 
 # vLLM 0.32's own messages: a request that reaches a draining server, and one that was running
@@ -132,14 +137,21 @@ class SimVllm:
     def _start_if_due(self) -> bool:
         if not self.engines and self.clock() >= self.ready_at:
             opts, now = self.options, self.clock()
-            dp = opts.data_parallel_size
             for rank, series in enumerate(self.metrics.engines):
                 seed = None if opts.seed is None else opts.seed + rank
-                load = SyntheticLoad(opts.load / dp, opts.engine.max_model_len, seed,
-                                     MIXES[opts.mix], tuple(self._loras()))
-                self.engines.append(EngineModel(opts.engine, now, load, BatchedSeries(series),
-                                                self.cpu, rank))
+                self.engines.append(EngineModel(opts.engine, now, self._load(rank, seed),
+                                                BatchedSeries(series), self.cpu, rank))
         return bool(self.engines)
+
+    def _load(self, rank: int, seed: int | None) -> SyntheticLoad:
+        """One data-parallel rank's share of the synthetic traffic."""
+        opts, dp = self.options, self.options.data_parallel_size
+        mix, loras = MIXES[opts.mix], tuple(self._loras())
+        if opts.clients:
+            clients = opts.clients // dp + (rank < opts.clients % dp)
+            return ClientLoad(clients, opts.client_outside_s, opts.engine.max_model_len, seed,
+                              mix, loras)
+        return SyntheticLoad(opts.load / dp, opts.engine.max_model_len, seed, mix, loras)
 
     def tick(self) -> None:
         with self.lock:

@@ -6,6 +6,7 @@ import pytest
 
 from agents.sim.engine_model import (
     GIB,
+    ClientLoad,
     EngineConfig,
     EngineModel,
     RequestSpec,
@@ -189,3 +190,44 @@ def test_preemption_takes_the_newest_running_request_and_requeues_it_first():
     running = engine.running
     assert all(requests.index(v) > requests.index(r) for v in victims for r in running)
     assert engine.waiting[0] is victims[-1] or engine.waiting[0] in victims
+
+
+def test_closed_loop_clients_keep_at_most_their_number_in_the_engine():
+    config = EngineConfig(max_num_seqs=4)
+    sink = Recorder()
+    engine = EngineModel(config, load=ClientLoad(6, 0.5, config.max_model_len, seed=1,
+                                                 spec=RequestSpec(50, 40, 40)), sink=sink)
+    seen = run(engine, 120.0, every=0.05)
+    assert max(r + w for r, w, _ in seen) <= 6
+    assert max(r for r, _, _ in seen) == 4 and any(w for _, w, _ in seen)
+    # Each client's next request arrives after its last one finished.
+    assert len(sink.finished) > 100
+
+
+def test_clients_that_spend_time_outside_the_engine_leave_it_below_the_cap_on_average():
+    """More clients than the cap, yet the queue empties now and then: requests finish and
+    come back in bursts (what vLLM 0.32 showed under a cap, see test_sim_matches_real_shapes)."""
+    config = EngineConfig(max_num_seqs=4)
+    engine = EngineModel(config, load=ClientLoad(10, 0.5, config.max_model_len, seed=1,
+                                                 spec=RequestSpec(50, 40, 40)))
+    seen = run(engine, 300.0, every=1.0)
+    running = [r for r, _, _ in seen]
+    waiting = [w for _, w, _ in seen]
+    assert max(running) == 4 and sum(running) / len(running) < 3.8
+    assert sum(waiting) / len(waiting) > 0.5 and waiting.count(0) > len(waiting) / 4
+
+
+def test_queue_time_starts_when_the_scheduler_takes_the_request_between_steps():
+    # vLLM's queue time runs from its QUEUED event (the engine loop takes new requests between
+    # steps) to the first schedule; its TTFT from the arrival.
+    sink = Recorder()
+    engine = EngineModel(EngineConfig(max_num_seqs=1), sink=sink)
+    engine.submit(RequestSpec(prompt_tokens=4000, max_tokens=2, output_tokens=2), 0.0)
+    engine.advance(0.001)  # the first step is in flight
+    late = engine.submit(RequestSpec(prompt_tokens=10, max_tokens=2, output_tokens=2), 0.002)
+    engine.advance(10.0)
+    first_step_end = sink.steps[0].end
+    assert late.queued_ts == first_step_end > late.arrival
+    assert late.scheduled_ts >= late.queued_ts
+    assert late.first_token_ts - late.arrival > (late.scheduled_ts - late.queued_ts) + (
+        late.first_token_ts - late.scheduled_ts)

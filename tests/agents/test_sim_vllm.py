@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agents.sim.engine_model import EngineConfig
 from agents.sim.vllm_cli import main, parse_args, parse_known
-from agents.sim.vllm_server import SimOptions, start
+from agents.sim.vllm_server import SimOptions, SimVllm, start
 
 SAMPLES = Path(__file__).parent / "fixtures" / "vllm-metrics"
 SAMPLE = "v1-synthetic-vllm-0.33.0.txt"
@@ -146,6 +146,15 @@ def test_data_parallel_2_labels_every_engine_series_engine_0_and_engine_1():
     assert engine_labels(text) == engine_labels(vllm)
     assert families(text) == families(vllm)
     assert {"0", "1"} in engine_labels(text).values()
+
+
+def test_closed_loop_clients_are_shared_among_the_data_parallel_ranks():
+    opts = SimOptions(**{**vars(options()), "data_parallel_size": 2, "clients": 5,
+                         "client_outside_s": 0.2})
+    sim = SimVllm(opts, clock=lambda: 100.0)
+    sim.tick()
+    assert [engine.load.clients for engine in sim.engines] == [3, 2]
+    assert all(engine.load.closed_loop for engine in sim.engines)
 
 
 @starts_a_server
