@@ -45,8 +45,10 @@ def _coastable_steps(engine: EngineModel) -> int:
         return 0  # an admission may happen in the next step
     left = math.inf
     for request in running:
-        if request.num_tokens - request.computed != 1:
-            return 0  # still prefilling
+        # Still prefilling; or one prompt token left (a chunk boundary), whose step gives the
+        # first token, not a decode.
+        if request.num_tokens - request.computed != 1 or request.generated == 0:
+            return 0
         left = min(left, request.output_tokens - request.generated)
     return int(left) - 1  # the step that finishes a request runs the ordinary way
 

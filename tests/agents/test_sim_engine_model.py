@@ -192,6 +192,23 @@ def test_preemption_takes_the_newest_running_request_and_requeues_it_first():
     assert engine.waiting[0] is victims[-1] or engine.waiting[0] in victims
 
 
+def test_coasting_gives_the_same_first_tokens_when_a_chunk_leaves_one_prompt_token():
+    # A 16-token budget shared with decodes cuts 100-token prompts into chunks of every size:
+    # a step that computes a prompt's last token gives its first token, never a decode.
+    def run(coast: bool) -> list[float]:
+        sink = Recorder()
+        config = EngineConfig(max_num_seqs=4, max_num_batched_tokens=16)
+        load = ClientLoad(6, 0.5, config.max_model_len, seed=2, spec=RequestSpec(100, 32, 32))
+        engine = EngineModel(config, load=load, sink=sink)
+        if not coast:
+            engine._coast = lambda until: False  # type: ignore[method-assign]
+        engine.advance(60.0)
+        assert all(r.scheduled_ts < r.first_token_ts for r in sink.finished)
+        return [t for r in sink.finished for t in (r.first_token_ts, r.finished_ts)]
+
+    assert run(True) == pytest.approx(run(False))
+
+
 def test_closed_loop_clients_keep_at_most_their_number_in_the_engine():
     config = EngineConfig(max_num_seqs=4)
     sink = Recorder()
