@@ -97,6 +97,16 @@ def test_the_concurrency_cap_queues_requests_while_kv_has_room(runs):
     assert f["kv_usage"] < 0.5
 
 
+def test_capped_clients_reach_the_cap_every_minute_and_their_queue_empties_within_it(runs):
+    f, batches = figures(runs, "capped_clients"), runs["capped_clients"]
+    assert f["running_max"] == 16 and 12 < f["running"] < 16 and f["waiting"] > 0.5
+    assert f["kv_usage"] < 0.5
+    engines = [e for b in batches for s in b["samples"] for e in s["engines"]]
+    minutes = [engines[i:i + 60] for i in range(0, len(engines), 60)]
+    assert all(max(e["requests_running"] for e in m) == 16 for m in minutes)
+    assert all(min(e["requests_waiting"] for e in m) == 0 for m in minutes)
+
+
 def test_a_small_token_budget_starves_prefill_high_ttft_with_fine_itl(runs):
     f = figures(runs, "prefill_starved_ttft")
     assert f["ttft_p99"] > 2.0 and f["itl_p99"] <= 0.05
