@@ -68,6 +68,7 @@ class EngineConfig:
     max_model_len: int = 8192
     gpu_mem_bytes: int = 80 * GIB
     max_loras: int = 0  # vLLM's --max-loras with --enable-lora; 0: LoRA off
+    num_gpu_blocks_override: int | None = None  # vLLM's: the KV cache's size in blocks
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens"):
@@ -92,6 +93,8 @@ class EngineConfig:
 
     @property
     def num_gpu_blocks(self) -> int:
+        if self.num_gpu_blocks_override is not None:
+            return self.num_gpu_blocks_override
         budget = self.gpu_memory_utilization * self.gpu_mem_bytes
         free = budget - self.weights_bytes_per_gpu - NON_KV_RESERVE_BYTES
         return max(0, int(free // (self.kv_bytes_per_token_per_gpu * self.block_size)))

@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
             (("--max-model-len",), int, 8192), (("--gpu-mem-bytes",), int, 80 * GIB),
             (("--load",), float, _env("PITWALL_SIM_LOAD", float, 4.0)),
             (("--seed",), int, _env("PITWALL_SIM_SEED", int, None)),
-            (("--startup-seconds",), float, 0.0), (("--api-server-count", "-asc"), int, 1)):
+            (("--startup-seconds",), float, 0.0), (("--api-server-count", "-asc"), int, 1),
+            (("--num-gpu-blocks-override",), int, None)):
         p.add_argument(*flags, type=kind, default=default)
     p.add_argument("--gpu-indices", default=None,
                    help='the simulated GPUs, e.g. "0,1" (default: CUDA_VISIBLE_DEVICES)')
@@ -108,7 +109,8 @@ def parse_known(argv: Sequence[str]) -> tuple[SimOptions, list[str]]:
     engine = EngineConfig(a.model, a.max_num_seqs, a.max_num_batched_tokens,
                           a.gpu_memory_utilization, a.tensor_parallel_size, a.block_size,
                           a.max_model_len, a.gpu_mem_bytes,
-                          max_loras=a.max_loras if a.enable_lora else 0)
+                          max_loras=a.max_loras if a.enable_lora else 0,
+                          num_gpu_blocks_override=a.num_gpu_blocks_override)
     # The supervisor chooses a process's GPUs with CUDA_VISIBLE_DEVICES, as for real vLLM
     # (indices only: a real host's GPU UUIDs there mean nothing to the simulated GPUs).
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")

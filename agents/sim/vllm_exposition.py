@@ -191,7 +191,8 @@ def cache_config_labels(config: EngineConfig) -> dict[str, str]:
         kv_cache_max_concurrency=str(blocks * bs / config.max_model_len),
         kv_cache_size_tokens=str(blocks * bs), kv_offloading_backend="native",
         mamba_cache_dtype="auto", mamba_cache_mode="none", mamba_ssm_cache_dtype="auto",
-        num_gpu_blocks=str(blocks), prefix_cache_retention_interval="0",
+        num_gpu_blocks=str(blocks), num_gpu_blocks_override=str(config.num_gpu_blocks_override),
+        prefix_cache_retention_interval="0",
         prefix_caching_hash_algo="sha256")
     return labels
 

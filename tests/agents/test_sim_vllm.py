@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agents.sim.engine_model import EngineConfig
 from agents.sim.vllm_cli import main, parse_args, parse_known
+from agents.sim.vllm_exposition import cache_config_labels
 from agents.sim.vllm_server import SimOptions, SimVllm, start
 
 SAMPLES = Path(__file__).parent / "fixtures" / "vllm-metrics"
@@ -252,6 +253,15 @@ def test_flags_are_spelled_as_vllm_serve_spells_them():
     assert opts.engine == EngineConfig(max_num_seqs=7, max_num_batched_tokens=2048,
                                        gpu_memory_utilization=0.5, tensor_parallel_size=2,
                                        block_size=32, max_model_len=4096)
+
+
+def test_num_gpu_blocks_override_sizes_the_kv_cache_as_in_vllm():
+    opts = parse_args(["--block-size", "32", "--max-model-len", "512",
+                       "--num-gpu-blocks-override", "20"])
+    assert opts.engine.num_gpu_blocks == 20
+    labels = cache_config_labels(opts.engine)
+    assert (labels["num_gpu_blocks"], labels["num_gpu_blocks_override"],
+            labels["kv_cache_size_tokens"]) == ("20", "20", "640")
 
 
 def test_a_model_too_big_for_the_gpu_fails_at_startup_like_vllm(capsys):
