@@ -25,6 +25,7 @@ from agents import vllm_args
 from controlplane.fleet.deployments import world_size
 from controlplane.fleet.models import Deployment
 from controlplane.telemetry.objectives import objective_s
+from controlplane.tuning import queueing
 from controlplane.tuning.facts import Facts
 from controlplane.tuning.models import Kind
 
@@ -33,9 +34,11 @@ MIN_MINUTES = 5  # of data in a long window before anything is judged (half a sh
 KV_HIGH = 0.90  # average KV-cache usage that leaves no room for bursts
 PREEMPTING = 0.1  # preemptions/s: recompute wasted on a steady basis
 KV_HEADROOM = 0.75  # peak KV usage under which more sequences fit
-QUEUED_SHARE = 0.5  # of minutes with requests waiting throughout
 GPU_BUSY = 85.0  # % GPU utilisation under which the GPU waits for something
 CORE_PINNED = 90.0  # % of one core: vLLM's engine loop is single-threaded
+# % of one thread's time a vLLM process's threads waited for a CPU: the engine loop loses a
+# step in two to whatever else holds its cores.
+CPU_WAITING = 50.0
 THROTTLED = 10.0  # % of the time the cgroup throttled the host's CPUs
 WAITING = 0.5  # requests waiting on average: work the GPU could be doing
 FOREIGN_MIN = 1 * GIB  # GPU memory beyond the engine's share worth a word
@@ -241,26 +244,40 @@ def kv_pressure(facts: Facts) -> Finding | None:
 # -- 2. Concurrency cap -------------------------------------------------------------------
 
 
+def queue_of(facts: Facts) -> queueing.Queueing:
+    """The server's queue over the window and what it waited for (queueing.py)."""
+    return queueing.read(facts, int(arg(facts, "max_num_seqs")),
+                         int(arg(facts, "max_num_batched_tokens")), _kv_pressed(facts))
+
+
 def concurrency_cap(facts: Facts) -> Finding | None:
     seqs = int(arg(facts, "max_num_seqs"))
-    if not _enough(facts) or (facts.waiting_share or 0) < QUEUED_SHARE \
-            or (facts.kv_max or 1) >= KV_HEADROOM or (facts.running_max or 0) < seqs:
+    if not _enough(facts) or (facts.kv_max or 1) >= KV_HEADROOM:
+        return None
+    q = queue_of(facts)
+    if q.cause != "cap":
         return None
     room = KV_HEADROOM / max(facts.kv_max or 0.01, 0.01)
     proposed = max(seqs + 1, int(seqs * min(2.0, room)) // 8 * 8 or seqs + 1)
+    # Queue time from vLLM's own histogram makes the cause surer; without it (an older vLLM)
+    # the cap is read from the gauges alone.
+    confidence = _sustained(q.queued_share) - (0 if q.queue_share is not None else 0.15)
     return Finding(
-        Kind.CONCURRENCY_CAP, confidence=_sustained(facts.waiting_share),
-        severity=facts.waiting_avg or 0.0,
-        evidence=[evidence(facts, "engine.requests_waiting", "avg", facts.waiting_avg,
-                           f"> 0 in >= {QUEUED_SHARE:.0%} of minutes"),
+        Kind.CONCURRENCY_CAP, confidence=round(confidence, 2), severity=q.waiting or 0.0,
+        evidence=[evidence(facts, "engine.queue_seconds", "seconds waited per second",
+                           q.waiting, f">= {queueing.QUEUED} in >= "
+                                      f"{queueing.QUEUED_SHARE:.0%} of minutes"),
                   evidence(facts, "engine.requests_running", "max", facts.running_max,
-                           f"= max_num_seqs ({seqs})"),
+                           f"= max_num_seqs ({seqs}) in >= {queueing.CAUSE_SHARE:.0%} of the "
+                           f"queued minutes"),
                   evidence(facts, "engine.kv_cache_usage", "max", facts.kv_max,
                            f"< {KV_HEADROOM}")],
         changes=[change("args.max_num_seqs", seqs, proposed)],
-        reasoning=(f"Requests queued ({facts.waiting_avg:.1f} waiting on average) while "
-                   f"{seqs} ran, the max_num_seqs cap, and KV usage peaked at "
-                   f"{facts.kv_max:.0%}: the cap, not memory, holds them back."),
+        reasoning=(f"Requests queued in {q.queued_share:.0%} of the minutes "
+                   f"({q.waiting:.1f} waiting on average) and running reached the "
+                   f"max_num_seqs cap of {seqs} in {q.capped_share:.0%} of those minutes, "
+                   f"while KV usage peaked at {facts.kv_max:.0%}; {q.split()}. The cap, not "
+                   f"memory or the token budget, holds them back."),
         expected="Shorter queue and queue time, higher throughput; KV usage rises toward "
                  f"{KV_HEADROOM:.0%}.")
 
@@ -293,39 +310,69 @@ def budget_raise(tokens: int, itl_p99: float, itl_slo: float) -> tuple[int, floa
     return proposed, itl_p99 * proposed / tokens
 
 
+PREFILL_HOLDS = 0.5  # share of the mean TTFT spent prefilling: prefill is where it goes
+IN_DOUBT = 0.45  # the most confidence a suggestion whose cause is in doubt may carry
+
+
 def prefill_ttft(facts: Facts) -> Finding | None:
     ttft_slo, itl_slo = _objectives()
     if not _enough(facts) or facts.ttft_p99 is None or facts.itl_p99 is None \
             or facts.ttft_p99 <= ttft_slo or facts.itl_p99 >= itl_slo \
             or (facts.kv_avg or 0) >= KV_HIGH or _starved(facts):
         return None  # a full KV cache or a starved CPU explains TTFT better
+    q = queue_of(facts)
+    if q.cause in ("cap", "kv"):
+        return None  # the queue waits for the cap or for KV blocks: their diagnoses say so
     tokens = int(arg(facts, "max_num_batched_tokens"))
     raised = budget_raise(tokens, facts.itl_p99, itl_slo)
     if raised is None:
         return None
     proposed, predicted = raised
     room = ITL_TARGET * itl_slo / BUDGET_GROWTH[0]
+    why, certain = _where_ttft_went(q, tokens)
+    # More ITL headroom, surer that the bigger steps fit: 0.55 at the least raise, 0.7 at the
+    # largest; a cause in doubt at most IN_DOUBT.
+    confidence = 0.55 + 0.15 * (proposed / tokens - 1)
+    if not certain:
+        confidence = min(IN_DOUBT, confidence - 0.2)
     return Finding(
-        # More ITL headroom, surer that the bigger steps fit: 0.55 at the least raise, 0.7
-        # at the largest.
-        Kind.PREFILL_TTFT, confidence=round(0.55 + 0.15 * (proposed / tokens - 1), 2),
+        Kind.PREFILL_TTFT, confidence=round(confidence, 2),
         severity=facts.ttft_p99 / ttft_slo,
         evidence=[evidence(facts, "engine.ttft_seconds", "p99", facts.ttft_p99,
                            f"> {ttft_slo:g} s (objective)"),
                   evidence(facts, "engine.itl_seconds", "p99", facts.itl_p99,
                            f"< {room * 1000:.0f} ms (room for {BUDGET_GROWTH[0]:g}x the "
                            f"tokens per step under {ITL_TARGET:.0%} of the "
-                           f"{itl_slo * 1000:g} ms objective)")],
+                           f"{itl_slo * 1000:g} ms objective)"),
+                  evidence(facts, "engine.queue_seconds", "share of mean TTFT",
+                           q.queue_share, "where TTFT went (queue, then prefill)")],
         changes=[change("args.max_num_batched_tokens", tokens, proposed)],
         reasoning=(f"TTFT p99 was {facts.ttft_p99:.2f} s, {facts.ttft_p99 / ttft_slo:.1f}x "
                    f"the {ttft_slo:g} s objective, while ITL p99 stayed at "
-                   f"{facts.itl_p99 * 1000:.0f} ms of its {itl_slo * 1000:g} ms: prompts wait "
-                   f"for prefill chunks of {tokens} tokens. Steps of {proposed} tokens "
-                   f"(x{proposed / tokens:.2f}) should put ITL p99 near "
-                   f"{predicted * 1000:.0f} ms, taking step time as linear in its tokens, "
+                   f"{facts.itl_p99 * 1000:.0f} ms of its {itl_slo * 1000:g} ms. {why} "
+                   f"Steps of {proposed} tokens (x{proposed / tokens:.2f}) should put ITL p99 "
+                   f"near {predicted * 1000:.0f} ms, taking step time as linear in its tokens, "
                    f"which over-states it."),
         expected=(f"Lower TTFT p99; ITL p99 up to about {predicted * 1000:.0f} ms, under the "
                   f"{itl_slo * 1000:g} ms objective."))
+
+
+def _where_ttft_went(q: queueing.Queueing, tokens: int) -> tuple[str, bool]:
+    """A sentence on where TTFT went and why the token budget is to blame, and whether that
+    is sure: the queue waited for the budget, or the prefill itself held most of TTFT."""
+    split = q.split()
+    if q.cause == "budget":
+        return (f"Requests queued while running stayed below max_num_seqs, the KV cache had "
+                f"room and {q.full_steps:.0%} of the steps were full at the {tokens}-token "
+                f"budget: they wait for the budget ({split})."), True
+    if q.prefill_share is not None and q.prefill_share >= PREFILL_HOLDS:
+        return (f"Prefill held most of it ({split}): prompts are prefilled in chunks of up to "
+                f"{tokens} tokens, one chunk a step."), True
+    if q.doubt:
+        return (f"The cause is in doubt: {q.doubt} ({split}); a larger budget is the likeliest "
+                f"remedy, not a sure one."), False
+    return (f"The cause is in doubt: {split}, and neither the queue nor the prefill holds most "
+            f"of TTFT; a larger budget may not help."), False
 
 
 def prefill_itl(facts: Facts) -> Finding | None:
@@ -359,22 +406,29 @@ def prefill_itl(facts: Facts) -> Finding | None:
 
 
 def _starved(facts: Facts) -> bool:
-    """The CPU holds the GPU back: a process at a full core or the cgroup throttling, while
-    the GPUs sit below GPU_BUSY and work waits (a queue, or TTFT over its objective). A GPU
-    that is idle for want of requests is not starved: at low load vLLM's engine loop still
-    polls a full core."""
-    starved = ((facts.busiest_process_pct or 0) >= CORE_PINNED
-               or (facts.throttled_pct or 0) >= THROTTLED)
+    """The CPU holds the engine back while work waits (a queue, or TTFT over its objective):
+    its processes' threads waited for a CPU (``proc.cpu_wait_pct``, measured where the host's
+    kernel keeps schedstat), or a process held a full core or the cgroup throttled while the
+    GPUs sat below GPU_BUSY. A full core alone is not enough: at low load vLLM's engine loop
+    still polls one, and a GPU idle for want of requests is not starved."""
     waits = (facts.waiting_avg or 0) >= WAITING or (
         facts.ttft_p99 is not None and facts.ttft_p99 > _objectives()[0])
+    return waits and (_cpu_waited(facts) or _cpu_bound(facts))
+
+
+def _cpu_waited(facts: Facts) -> bool:
     util = facts.gpu_util_avg
-    return starved and waits and util is not None and util < GPU_BUSY
+    return (facts.cpu_wait_pct or 0) >= CPU_WAITING and (util is None or util < GPU_BUSY)
+
+
+def _cpu_bound(facts: Facts) -> bool:
+    util = facts.gpu_util_avg
+    return ((facts.busiest_process_pct or 0) >= CORE_PINNED
+            or (facts.throttled_pct or 0) >= THROTTLED) and util is not None and util < GPU_BUSY
 
 
 def cpu_starvation(facts: Facts) -> Finding | None:
-    pinned, throttled, util = facts.busiest_process_pct, facts.throttled_pct, \
-        facts.gpu_util_avg
-    if not _enough(facts) or not _starved(facts) or util is None:
+    if not _enough(facts) or not _starved(facts):
         return None
     current = _bound_cpus(facts)
     want = min(8, max(4, 2 + 2 * world_size(facts.args or _reported_parallelism(facts))))
@@ -385,24 +439,43 @@ def cpu_starvation(facts: Facts) -> Finding | None:
     servers = int(arg(facts, "api_server_count", 1))
     if "api_server_count" in _arg_names(facts.vllm_version or vllm_args.DEFAULT_VERSION):
         changes.append(change("args.api_server_count", servers, servers + 1))
-    proof = [evidence(facts, "gpu.util_pct", "avg", util, f"< {GPU_BUSY:g} %", "gpu",
-                      facts.gpus[0].id if facts.gpus else None)]
-    if (pinned or 0) >= CORE_PINNED:
+    proof, causes = _starvation_proof(facts)
+    util = facts.gpu_util_avg
+    gpus = (f"The GPUs averaged {util:.0f} % busy" if util is not None else
+            "With no GPU utilisation reported (a CPU build, or NVML unreadable)")
+    return Finding(
+        Kind.CPU_STARVATION, confidence=0.8, evidence=proof, changes=changes,
+        severity=(facts.cpu_wait_pct or 0.0) if _cpu_waited(facts) else GPU_BUSY - (util or 0),
+        reasoning=(f"{gpus} with work queued or running while {' and '.join(causes)}: the "
+                   f"engine loop cannot keep the device fed. vLLM wants 4-8 dedicated cores "
+                   f"per instance and more API server processes under load."),
+        expected="Less CPU wait, higher device utilisation, step times and TTFT down at the "
+                 "same load.")
+
+
+def _starvation_proof(facts: Facts) -> tuple[list[dict[str, Any]], list[str]]:
+    """The evidence of CPU starvation that held, and each as a clause of the reasoning."""
+    util, waited = facts.gpu_util_avg, facts.cpu_wait_pct
+    pinned, throttled = facts.busiest_process_pct, facts.throttled_pct
+    proof, causes = [], []
+    if util is not None:
+        proof.append(evidence(facts, "gpu.util_pct", "avg", util, f"< {GPU_BUSY:g} %", "gpu",
+                              facts.gpus[0].id if facts.gpus else None))
+    if _cpu_waited(facts):
+        proof.append(evidence(facts, "proc.cpu_wait_pct", "avg, longest-waiting vLLM process",
+                              waited, f">= {CPU_WAITING:g} % (threads waiting for a CPU)",
+                              "engine"))
+        causes.append(f"its threads waited for a CPU {waited:.0f} % of the time (100 = one "
+                      f"thread always)")
+    if _cpu_bound(facts) and (pinned or 0) >= CORE_PINNED:
         proof.append(evidence(facts, "proc.cpu_pct", "avg, busiest vLLM process", pinned,
                               f">= {CORE_PINNED:g} % (a full core)", "engine"))
-    if (throttled or 0) >= THROTTLED:
+        causes.append(f"a vLLM process held {pinned:.0f} % of a core")
+    if _cpu_bound(facts) and (throttled or 0) >= THROTTLED:
         proof.append(evidence(facts, "host.cpu_throttled_pct", "avg", throttled,
                               f">= {THROTTLED:g} %", "host", facts.host.id))
-    return Finding(
-        Kind.CPU_STARVATION, confidence=0.8, severity=GPU_BUSY - util, evidence=proof,
-        changes=changes,
-        reasoning=(f"The GPUs averaged {util:.0f} % busy with work queued or running while "
-                   + (f"a vLLM process held {pinned:.0f} % of a core"
-                      if (pinned or 0) >= CORE_PINNED else
-                      f"the cgroup throttled the CPUs {throttled:.0f} % of the time")
-                   + ": the engine loop cannot feed the GPU. vLLM wants 4-8 dedicated cores "
-                     "per instance and more API server processes under load."),
-        expected="GPU utilisation up, step times and TTFT down at the same load.")
+        causes.append(f"the cgroup throttled the CPUs {throttled:.0f} % of the time")
+    return proof, causes
 
 
 def _bound_cpus(facts: Facts) -> list[int] | None:

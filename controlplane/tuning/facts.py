@@ -7,7 +7,10 @@ rollups (a 10-minute window of 1,000 servers is ~10 k engine rows and ~80 k GPU 
 the raw tables hold 60× that): engine gauges and rates, TTFT and ITL p99 from the summed
 histogram buckets (``bucket_sums`` and ``histogram_quantile`` of telemetry's series
 histograms), the server's GPUs (a deployment's own, else those its engines report),
-its vLLM processes, and the host's cgroup throttling. The CPUs the processes
+its vLLM processes, and the host's cgroup throttling. Beside the window's aggregates, each
+engine's minutes one by one (``EngineMinute``): where a request's time to first token went
+(queue and prefill time from vLLM's histograms) and whether the queue was there, minute by
+minute, is read from them (queueing.py). The CPUs the processes
 may run on are an attribute, not a series: the newest raw process rows carry them.
 """
 
@@ -52,6 +55,25 @@ class Server:
         return cls(d.host_id, d.port, d)
 
 
+@dataclass(frozen=True)
+class EngineMinute:
+    """One engine's 1-minute rollup, as the queue analysis reads it. The histogram figures
+    are sums and counts of the requests whose phase ended in the minute (None: no such
+    histogram reported)."""
+
+    running_max: float | None
+    running_avg: float | None
+    waiting_avg: float | None
+    waiting_max: float | None
+    kv_max: float | None
+    queue_s: float | None  # seconds waited, summed over the requests scheduled in the minute
+    queue_n: int
+    prefill_s: float | None
+    prefill_n: int
+    ttft_s: float | None
+    ttft_n: int
+
+
 @dataclass
 class Facts:
     """One server over [start, end); None where nothing was reported."""
@@ -69,7 +91,6 @@ class Facts:
     preemptions_per_s: float | None = None
     preempting_share: float | None = None  # of minutes with preemptions
     waiting_avg: float | None = None
-    waiting_share: float | None = None  # of minutes never without a queue
     running_avg: float | None = None
     running_max: float | None = None
     generation_tps: float | None = None
@@ -82,6 +103,10 @@ class Facts:
     proc_cpu: dict[int, float] = field(default_factory=dict)  # pid -> avg % (100 = a core)
     throttled_pct: float | None = None
     proc_cpus: set[int] = field(default_factory=set)  # CPUs the processes may run on
+    proc_cpu_wait: dict[int, float] = field(default_factory=dict)  # pid -> avg % waiting
+    engine_minutes: list[EngineMinute] = field(default_factory=list)  # every rank's minutes
+    # Tokens per engine step: the iteration-token histogram's bounds and summed counts.
+    step_tokens: tuple[list[float], list[int]] | None = None
     engine: Engine | None = None  # the server's first engine (rank 0), where reported
 
     @property
@@ -104,6 +129,11 @@ class Facts:
     @property
     def busiest_process_pct(self) -> float | None:
         return max(self.proc_cpu.values()) if self.proc_cpu else None
+
+    @property
+    def cpu_wait_pct(self) -> float | None:
+        """The longest a vLLM process's threads waited for a CPU (100 = one thread always)."""
+        return max(self.proc_cpu_wait.values()) if self.proc_cpu_wait else None
 
 
 @dataclass
@@ -149,6 +179,7 @@ def gather(servers: list[Server], start: datetime, end: datetime,
     if facts:
         _engine_stats(facts, engines)
         if not engines_only:
+            _engine_minutes(facts, engines)
             _latencies(facts, engines)
             _gpu_stats(facts, gpus)
             _process_stats(facts, engines)
@@ -196,14 +227,14 @@ def _window(facts: dict[int, Facts]) -> list[datetime]:
 def _rollup_rows(facts: dict[int, Facts], pairs: list[tuple[int, int]], key: str,
                  entity: str, select: str, where: str = "", group: str = "1") -> list[tuple]:
     """``m.dep, <select>`` over the window's 1-min rollups of ``entity`` (alias x), joined to
-    the servers by ``key``; no pairs, no query."""
+    the servers by ``key`` (grouped by ``group``; "": row by row); no pairs, no query."""
     if not pairs:
         return []
     cte, params = _pairs(pairs, key)
     return _query(
         f"WITH {cte} SELECT m.dep, {select} FROM {ROLLUPS['1m'][entity].name} x "
-        f"JOIN m ON m.{key} = x.{key} WHERE x.ts >= %s AND x.ts < %s {where} GROUP BY {group}",
-        params + _window(facts))
+        f"JOIN m ON m.{key} = x.{key} WHERE x.ts >= %s AND x.ts < %s {where}"
+        + (f" GROUP BY {group}" if group else ""), params + _window(facts))
 
 
 ENGINE_STATS = {  # Facts attribute -> its aggregate over the engine's 1-min rows
@@ -211,7 +242,6 @@ ENGINE_STATS = {  # Facts attribute -> its aggregate over the engine's 1-min row
     "kv_max": "max(x.kv_cache_usage_max)", "preemptions_per_s": "avg(x.preemptions_per_s_avg)",
     "preempting_share": "avg((x.preemptions_per_s_avg > 0.05)::int)",
     "waiting_avg": "avg(x.requests_waiting_avg)",
-    "waiting_share": "avg((x.requests_waiting_min > 0)::int)",
     "running_avg": "avg(x.requests_running_avg)", "running_max": "max(x.requests_running_max)",
     "generation_tps": "avg(x.generation_tokens_per_s_avg)",
     "prompt_tps": "avg(x.prompt_tokens_per_s_avg)",
@@ -228,6 +258,45 @@ def _engine_stats(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> No
         facts[dep].minutes = int(facts[dep].minutes or 0)
 
 
+def _histogram_parts(key: str) -> str:
+    """A 1-min row's sum and observation count of one histogram (NULL sum: not reported)."""
+    return (f"x.{key}_sum, coalesce((SELECT sum(c) FROM unnest(x.{key}_counts) c), 0)")
+
+
+MINUTE_COLUMNS = ("x.requests_running_max, x.requests_running_avg, x.requests_waiting_avg, "
+                  "x.requests_waiting_max, x.kv_cache_usage_max, "
+                  + ", ".join(_histogram_parts(k) for k in
+                              ("queue_seconds", "prefill_seconds", "ttft_seconds")))
+
+
+def _engine_minutes(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
+    rows = _rollup_rows(facts, engines, "engine_id", "engine", MINUTE_COLUMNS,
+                        where="AND x.up_max > 0", group="")
+    for dep, *values in rows:
+        numbers = [None if v is None else float(v) for v in values]
+        running_max, running_avg, waiting_avg, waiting_max, kv_max = numbers[:5]
+        queue_s, queue_n, prefill_s, prefill_n, ttft_s, ttft_n = numbers[5:]
+        facts[dep].engine_minutes.append(EngineMinute(
+            running_max, running_avg, waiting_avg, waiting_max, kv_max,
+            queue_s, int(queue_n or 0), prefill_s, int(prefill_n or 0), ttft_s,
+            int(ttft_n or 0)))
+
+
+def _summed_buckets(facts: dict[int, Facts], engines: list[tuple[int, int]], key: str,
+                    width: int) -> dict[int, tuple[int, list[int]]]:
+    """Per server, one histogram's counts summed over the window, with their layout (a layout
+    change inside the window: the fuller one)."""
+    rows = _rollup_rows(facts, engines, "engine_id", "engine",
+                        f"x.{key}_layout, {bucket_sums(f'x.{key}_counts', width)}",
+                        where=f"AND x.{key}_counts IS NOT NULL", group="1, 2")
+    best: dict[int, tuple[int, list[int]]] = {}
+    for dep, layout, counts in rows:
+        counts = [int(c or 0) for c in counts]
+        if dep not in best or sum(counts) > sum(best[dep][1]):
+            best[dep] = (layout, counts)
+    return best
+
+
 def _latencies(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
     if not engines:
         return
@@ -235,16 +304,12 @@ def _latencies(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
         width = max_buckets(cursor)
     bounds = dict(HistogramLayout.objects.values_list("id", "bounds"))
     for key, attr in (("ttft_seconds", "ttft_p99"), ("itl_seconds", "itl_p99")):
-        rows = _rollup_rows(facts, engines, "engine_id", "engine",
-                            f"x.{key}_layout, {bucket_sums(f'x.{key}_counts', width)}",
-                            where=f"AND x.{key}_counts IS NOT NULL", group="1, 2")
-        best: dict[int, tuple[int, list[int]]] = {}
-        for dep, layout, counts in rows:  # a layout change inside the window: the fuller one
-            counts = [int(c or 0) for c in counts]
-            if dep not in best or sum(counts) > sum(best[dep][1]):
-                best[dep] = (layout, counts)
-        for dep, (layout, counts) in best.items():
+        for dep, (layout, counts) in _summed_buckets(facts, engines, key, width).items():
             setattr(facts[dep], attr, histogram_quantile(0.99, bounds.get(layout, []), counts))
+    for dep, (layout, counts) in _summed_buckets(facts, engines, "iteration_tokens",
+                                                 width).items():
+        if layout in bounds:
+            facts[dep].step_tokens = (list(bounds[layout]), counts[:len(bounds[layout]) + 1])
 
 
 def _gpu_stats(facts: dict[int, Facts], gpus: list[tuple[int, int]]) -> None:
@@ -258,11 +323,13 @@ def _gpu_stats(facts: dict[int, Facts], gpus: list[tuple[int, int]]) -> None:
 
 
 def _process_stats(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
-    rows = _rollup_rows(facts, engines, "engine_id", "proc", "x.pid, avg(x.cpu_pct_avg)",
-                        group="1, 2")
-    for dep, pid, cpu in rows:
+    rows = _rollup_rows(facts, engines, "engine_id", "proc",
+                        "x.pid, avg(x.cpu_pct_avg), avg(x.cpu_wait_pct_avg)", group="1, 2")
+    for dep, pid, cpu, wait in rows:
         if cpu is not None:
             facts[dep].proc_cpu[pid] = float(cpu)
+        if wait is not None:
+            facts[dep].proc_cpu_wait[pid] = float(wait)
 
 
 def _host_stats(facts: dict[int, Facts]) -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment, Gpu, Host
-from controlplane.tuning.facts import Facts
+from controlplane.tuning.facts import EngineMinute, Facts
 
 END = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 GIB = 1 << 30
@@ -42,6 +42,19 @@ def deployment(h: Host, **changes) -> Deployment:
     return d
 
 
+# A healthy engine's minute: 8 requests/s (480 a minute), 60 running, a queue that forms and
+# goes (0.02 s a request), most of TTFT (0.30 s on average) in the prefill (0.25 s).
+HEALTHY_MINUTE = EngineMinute(
+    running_max=90, running_avg=60, waiting_avg=0.1, waiting_max=2, kv_max=0.7,
+    queue_s=0.02 * 480, queue_n=480, prefill_s=0.25 * 480, prefill_n=480, ttft_s=0.30 * 480,
+    ttft_n=480)
+
+
+def minutes(count: int = 10, **changes) -> list[EngineMinute]:
+    """``count`` minutes of the healthy engine, each with ``changes``."""
+    return [replace(HEALTHY_MINUTE, **changes)] * count
+
+
 def healthy(**changes) -> Facts:
     """Ten minutes of a well-configured deployment under moderate load."""
     h = host()
@@ -49,9 +62,11 @@ def healthy(**changes) -> Facts:
     d = deployment(h)
     facts = Facts(d, h, [gpu], {}, END - timedelta(minutes=10), END, [101], minutes=10,
                   kv_avg=0.55, kv_max=0.7, preemptions_per_s=0.0, preempting_share=0.0,
-                  waiting_avg=0.1, waiting_share=0.1, running_avg=60, running_max=90,
+                  waiting_avg=0.1, running_avg=60, running_max=90,
                   generation_tps=2400, prompt_tps=9000, finished_per_s=8, ttft_p99=0.6,
                   itl_p99=0.03, gpu_util={gpu.id: 93.0}, gpu_mem_used={gpu.id: 0.9 * H200},
                   proc_cpu={4242: 55.0, 4243: 30.0}, throttled_pct=0.0,
-                  proc_cpus=set(range(8)))
+                  proc_cpus=set(range(8)), engine_minutes=minutes(),
+                  step_tokens=([1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+                               [0, 0, 0, 0, 10, 500, 3000, 900, 40, 10, 0, 0, 0, 0]))
     return replace(facts, **changes)

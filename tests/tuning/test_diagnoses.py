@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from controlplane.tuning.diagnoses import diagnose, over_provisioned
-from tests.tuning.factories import GIB, H200, deployment, gpus, healthy, host
+from tests.tuning.factories import GIB, H200, deployment, gpus, healthy, host, minutes
 
 pytestmark = pytest.mark.django_db
 
@@ -74,17 +74,99 @@ def test_a_raised_cap_at_least_doubles_and_at_most_quadruples():
     assert (proposed(10, 0), proposed(10, 5), proposed(2, 30)) == (200, 300, 400)
 
 
+def capped(**changes):
+    """Requests queue behind 128 running at the cap, the KV cache at 40 %: 14 waiting on
+    average, time-weighted."""
+    return healthy(**{
+        "waiting_avg": 14, "running_avg": 128, "running_max": 128, "kv_avg": 0.35,
+        "kv_max": 0.4, "engine_minutes": minutes(running_max=128, running_avg=128,
+                                                 waiting_avg=14, kv_max=0.4, queue_s=14 * 60.0,
+                                                 ttft_s=14 * 60.0 + 0.25 * 480), **changes})
+
+
 def test_requests_queued_at_the_cap_with_kv_headroom_raise_max_num_seqs():
-    found = only(healthy(waiting_avg=14, waiting_share=1.0, running_avg=128, running_max=128,
-                         kv_avg=0.35, kv_max=0.4))
+    found = only(capped())
     assert found.kind == "concurrency_cap"
     assert found.changes[0]["field"] == "args.max_num_seqs"
     assert found.changes[0]["current"] == 128 and found.changes[0]["proposed"] == 240
+    # 14 waiting through the minute, over 480 requests: 1.75 s of a 2.0 s TTFT on average.
+    assert "queueing was 88% of TTFT (1.75 s of 2.00 s" in found.reasoning, found.reasoning
 
 
 def test_queued_but_below_the_cap_is_not_a_concurrency_cap():
-    assert diagnose(healthy(waiting_avg=14, waiting_share=1.0, running_max=100,
-                            kv_max=0.4)) == []
+    assert diagnose(healthy(waiting_avg=14, running_max=100, kv_max=0.4,
+                            engine_minutes=minutes(running_max=100, waiting_avg=14,
+                                                   kv_max=0.4))) == []
+
+
+# What a real vLLM 0.32 reported under --max-num-seqs 4 with more clients than the cap, per
+# minute: running at the cap at some instant of every minute but 1.2-3.8 on average, the
+# queue 0.4-8.3 on average and empty at some instant of nearly every minute (its minimum 0),
+# 140-570 s waited per minute, the KV cache at 12.6 % at most; TTFT p99 2.34 s.
+REAL_CAPPED = [(1.2, 0.4, 140.0), (2.5, 3.1, 310.0), (3.8, 8.3, 570.0), (3.1, 5.0, 420.0),
+               (2.2, 1.9, 200.0), (3.5, 6.4, 510.0), (2.9, 4.2, 380.0), (1.9, 0.9, 160.0),
+               (3.3, 7.0, 530.0), (2.7, 2.8, 300.0)]
+
+
+def real_capped():
+    # ~13 requests a second (800 a minute) on the tiny model.
+    rows = [replace(minutes(1)[0], running_max=4, running_avg=run, waiting_avg=wait,
+                    waiting_max=12, kv_max=0.126, queue_s=queue, queue_n=800,
+                    prefill_s=0.01 * 800, prefill_n=800, ttft_s=queue + 0.02 * 800,
+                    ttft_n=800) for run, wait, queue in REAL_CAPPED]
+    return healthy(engine_config={"max_num_seqs": "4", "max_num_batched_tokens": "4096"},
+                   deployment=None, running_avg=2.7, running_max=4, waiting_avg=4.0,
+                   kv_avg=0.06, kv_max=0.126, ttft_p99=2.34, itl_p99=0.02,
+                   engine_minutes=rows)
+
+
+def test_a_real_engines_capped_queue_is_a_concurrency_cap_and_not_prefill():
+    """The case the minimum of the waiting gauge missed and prefill_ttft took: the queue
+    empties inside most minutes, yet requests spend most of their TTFT in it, behind the
+    cap."""
+    found = only(real_capped())
+    assert found.kind == "concurrency_cap", found.reasoning
+    assert found.changes == [{"field": "args.max_num_seqs", "current": 4, "proposed": 8}]
+    assert "queueing was 9" in found.reasoning and "prefill 2%" in found.reasoning
+
+
+def test_a_queue_waiting_for_the_token_budget_raises_the_budget_surely():
+    # Below the cap of 128, the KV cache with room, nearly every step at the 8192 budget; 70 %
+    # of TTFT in the queue.
+    full = ([1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+            [0, 0, 0, 0, 0, 0, 0, 0, 5, 10, 40, 900, 0, 0])
+    found = only(healthy(ttft_p99=3.5, itl_p99=0.02, waiting_avg=6, step_tokens=full,
+                         engine_minutes=minutes(waiting_avg=6, queue_s=0.7 * 480,
+                                                prefill_s=0.25 * 480, ttft_s=1.0 * 480)))
+    assert found.kind == "prefill_ttft"
+    assert found.confidence == 0.7 and "wait for the budget" in found.reasoning
+    assert "queueing was 70% of TTFT" in found.reasoning
+
+
+def test_a_queue_whose_cause_is_unclear_says_so_with_less_confidence():
+    # Queued below the cap, the KV cache with room, few steps full: not the budget either.
+    found = only(healthy(ttft_p99=3.5, itl_p99=0.02, waiting_avg=6,
+                         engine_minutes=minutes(waiting_avg=6, queue_s=0.7 * 480,
+                                                prefill_s=0.25 * 480, ttft_s=1.0 * 480)))
+    assert found.kind == "prefill_ttft"
+    assert found.confidence <= 0.45 and "in doubt" in found.reasoning
+
+
+def test_a_queue_that_touches_zero_every_minute_is_still_a_queue():
+    # The gauge's sample average is low (bursts), but requests waited 6 s per second.
+    found = only(capped(engine_minutes=minutes(running_max=128, running_avg=100,
+                                               waiting_avg=0.6, kv_max=0.4,
+                                               queue_s=6 * 60.0,
+                                               ttft_s=6 * 60.0 + 0.25 * 480)))
+    assert found.kind == "concurrency_cap"
+
+
+def test_a_queue_for_kv_blocks_is_neither_the_cap_nor_the_budget():
+    # Every queued minute with the KV cache full: admissions wait for blocks. KV pressure
+    # proper needs preemptions; without them nothing here names a knob.
+    assert diagnose(healthy(ttft_p99=3.5, itl_p99=0.02, waiting_avg=6, kv_max=0.7,
+                            engine_minutes=minutes(waiting_avg=6, kv_max=0.95,
+                                                   queue_s=0.7 * 480))) == []
 
 
 def test_high_ttft_with_fine_itl_raises_max_num_batched_tokens():
@@ -132,6 +214,30 @@ def test_a_gpu_idle_for_want_of_requests_is_not_starved():
     # vLLM's engine loop polls a full core even at low load; nothing waits.
     assert diagnose(healthy(proc_cpu={4242: 99.0}, gpu_util={healthy().gpus[0].id: 12.0},
                             throttled_pct=40.0, waiting_avg=0.0, ttft_p99=0.3)) == []
+
+
+def test_threads_waiting_for_a_cpu_starve_an_engine_even_without_gpu_figures():
+    # A CPU build (no NVML): bound to CPU 0 beside a busy neighbour, its threads waited 70 %
+    # of the time while requests queued.
+    h = host()
+    d = deployment(h, gpu_indices=[], cpus=[0])
+    found = only(healthy(deployment=d, gpus=[], gpu_util={}, gpu_mem_used={},
+                         proc_cpu={4242: 48.0}, proc_cpu_wait={4242: 70.0, 4243: 5.0},
+                         waiting_avg=3, ttft_p99=0.8))
+    assert found.kind == "cpu_starvation"
+    assert found.changes[0] == {"field": "cpus", "current": [0], "proposed": [0, 1, 2, 3]}
+    assert "waited for a CPU 70 %" in found.reasoning and "no GPU utilisation" in \
+        found.reasoning
+    assert {e["metric"] for e in found.evidence} == {"proc.cpu_wait_pct"}
+
+
+def test_threads_waiting_for_a_cpu_while_nothing_waits_for_them_is_not_starvation():
+    assert diagnose(healthy(proc_cpu_wait={4242: 70.0})) == []  # no queue, TTFT fine
+
+
+def test_threads_waiting_for_a_cpu_beside_a_busy_gpu_is_not_starvation():
+    assert diagnose(healthy(proc_cpu_wait={4242: 70.0}, waiting_avg=3, ttft_p99=0.8,
+                            engine_minutes=minutes(waiting_avg=0.3))) == []
 
 
 def test_processes_on_the_other_numa_node_are_bound_to_the_gpus_node():
