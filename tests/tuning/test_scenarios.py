@@ -28,6 +28,7 @@ EXPECTED = {
     "healthy": set(),
     "kv_pressure": {"kv_pressure"},
     "concurrency_cap": {"concurrency_cap"},
+    "capped_clients": {"concurrency_cap"},
     "prefill_starved_ttft": {"prefill_ttft"},
     "prefill_interference_itl": {"prefill_itl"},
     "cpu_starved": {"cpu_starvation"},
