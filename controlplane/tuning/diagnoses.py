@@ -244,24 +244,40 @@ def kv_pressure(facts: Facts) -> Finding | None:
 # -- 2. Concurrency cap -------------------------------------------------------------------
 
 
+def sequence_cap(facts: Facts) -> tuple[int, bool]:
+    """``max_num_seqs``, and whether it was inferred: an engine that does not say it (neither
+    set by Pitwall nor reported) and whose running count stopped at one ceiling while
+    requests waited has that ceiling as its cap, not vLLM's default."""
+    seqs = int(arg(facts, "max_num_seqs"))
+    if assumed(facts, "max_num_seqs"):
+        ceiling = queueing.plateau(facts.engine_minutes)
+        if ceiling is not None and ceiling < seqs:
+            return ceiling, True
+    return seqs, False
+
+
 def queue_of(facts: Facts) -> queueing.Queueing:
     """The server's queue over the window and what it waited for (queueing.py)."""
-    return queueing.read(facts, int(arg(facts, "max_num_seqs")),
+    return queueing.read(facts, sequence_cap(facts)[0],
                          int(arg(facts, "max_num_batched_tokens")), _kv_pressed(facts))
 
 
 def concurrency_cap(facts: Facts) -> Finding | None:
-    seqs = int(arg(facts, "max_num_seqs"))
+    seqs, inferred = sequence_cap(facts)
     if not _enough(facts) or (facts.kv_max or 1) >= KV_HEADROOM:
         return None
     q = queue_of(facts)
-    if q.cause != "cap":
+    if not q.queued or q.cause != "cap":
         return None
     room = KV_HEADROOM / max(facts.kv_max or 0.01, 0.01)
     proposed = max(seqs + 1, int(seqs * min(2.0, room)) // 8 * 8 or seqs + 1)
     # Queue time from vLLM's own histogram makes the cause surer; without it (an older vLLM)
-    # the cap is read from the gauges alone.
-    confidence = _sustained(q.queued_share) - (0 if q.queue_share is not None else 0.15)
+    # the cap is read from the gauges alone. A cap inferred from the running count is less
+    # sure than one the engine states.
+    confidence = (_sustained(q.queued_share) - (0 if q.queue_share is not None else 0.15)
+                  - (0.1 if inferred else 0))
+    stated = (f"max_num_seqs is not reported, but running stopped at {seqs} while requests "
+              f"waited: that is its cap. " if inferred else "")
     return Finding(
         Kind.CONCURRENCY_CAP, confidence=round(confidence, 2), severity=q.waiting or 0.0,
         evidence=[evidence(facts, "engine.queue_seconds", "seconds waited per second",
@@ -273,7 +289,7 @@ def concurrency_cap(facts: Facts) -> Finding | None:
                   evidence(facts, "engine.kv_cache_usage", "max", facts.kv_max,
                            f"< {KV_HEADROOM}")],
         changes=[change("args.max_num_seqs", seqs, proposed)],
-        reasoning=(f"Requests queued in {q.queued_share:.0%} of the minutes "
+        reasoning=(f"{stated}Requests queued in {q.queued_share:.0%} of the minutes "
                    f"({q.waiting:.1f} waiting on average) and running reached the "
                    f"max_num_seqs cap of {seqs} in {q.capped_share:.0%} of those minutes, "
                    f"while KV usage peaked at {facts.kv_max:.0%}; {q.split()}. The cap, not "
@@ -321,7 +337,8 @@ def prefill_ttft(facts: Facts) -> Finding | None:
             or (facts.kv_avg or 0) >= KV_HIGH or _starved(facts):
         return None  # a full KV cache or a starved CPU explains TTFT better
     q = queue_of(facts)
-    if q.cause in ("cap", "kv"):
+    prefill_holds = q.prefill_share is not None and q.prefill_share >= PREFILL_HOLDS
+    if q.cause in ("cap", "kv") and not prefill_holds:
         return None  # the queue waits for the cap or for KV blocks: their diagnoses say so
     tokens = int(arg(facts, "max_num_batched_tokens"))
     raised = budget_raise(tokens, facts.itl_p99, itl_slo)

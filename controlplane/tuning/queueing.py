@@ -33,8 +33,10 @@ FULL_STEPS = 0.5  # share of steps at the token budget: the budget binds
 
 @dataclass(frozen=True)
 class Queueing:
-    """One server's queue over the window, and its cause: "cap", "kv", "budget", or None
-    (no queue, or in doubt: ``doubt`` says why)."""
+    """One server's queue over the window, and its cause over the minutes it was there:
+    "cap", "kv", "budget", or None (no queue, or in doubt: ``doubt`` says why). A queue in
+    a few minutes has a cause too (the window may have just caught its onset); ``queued``
+    says whether it held through most of the window."""
 
     minutes: int  # engine-minutes read
     queued_share: float  # of the minutes with a queue
@@ -107,6 +109,19 @@ def full_step_share(step_tokens: tuple[list[float], list[int]] | None,
     return sum(counts[first:]) / total
 
 
+def plateau(minutes: list[EngineMinute]) -> int | None:
+    """The running count a queue could not get past: the highest ``running`` of the minutes
+    with a queue, reached in most of them (None: no queue, or no such ceiling). Where an
+    engine does not say its ``max_num_seqs`` (a container whose command line the agent cannot
+    read), that ceiling with requests waiting behind it is the cap."""
+    queued = [m for m in minutes if waiting_in(m) >= QUEUED and m.running_max]
+    if not queued:
+        return None
+    top = max(m.running_max or 0 for m in queued)
+    at_top = sum(1 for m in queued if m.running_max == top) / len(queued)
+    return int(top) if at_top >= CAUSE_SHARE else None
+
+
 def read(facts: Facts, max_num_seqs: int, budget: int, kv_pressed: bool) -> Queueing:
     """The queue of ``facts``' server and what it waited for, given its scheduler limits."""
     minutes = facts.engine_minutes
@@ -122,7 +137,7 @@ def read(facts: Facts, max_num_seqs: int, budget: int, kv_pressed: bool) -> Queu
         prefill_s=_mean(minutes, "prefill_s", "prefill_n"),
         ttft_s=_mean(minutes, "ttft_s", "ttft_n"),
         capped_share=capped, kv_full_share=kv_full, full_steps=steps, cause=None)
-    if not reading.queued:
+    if not queued:
         return reading
     cause, doubt = _cause(reading, kv_pressed, max_num_seqs, budget)
     return Queueing(**{**reading.__dict__, "cause": cause, "doubt": doubt})

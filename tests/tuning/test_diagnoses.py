@@ -130,6 +130,23 @@ def test_a_real_engines_capped_queue_is_a_concurrency_cap_and_not_prefill():
     assert "queueing was 9" in found.reasoning and "prefill 2%" in found.reasoning
 
 
+def test_a_cap_the_engine_does_not_report_is_read_from_where_running_stopped():
+    # A watched engine whose command line the agent cannot read: vLLM's default would be
+    # hundreds, but running stopped at 4 in every minute while requests waited.
+    found = only(replace(real_capped(), engine_config={}))
+    assert found.kind == "concurrency_cap"
+    assert found.changes == [{"field": "args.max_num_seqs", "current": 4, "proposed": 8}]
+    assert "not reported" in found.reasoning
+    assert found.confidence < only(real_capped()).confidence
+
+
+def test_a_window_that_caught_the_onset_of_a_capped_queue_names_no_prefill_knob():
+    # Six calm minutes, then four at the cap with most of TTFT in the queue: too early for
+    # concurrency_cap, and no reason to blame the prefill budget meanwhile.
+    rows = minutes(6) + capped().engine_minutes[:4]
+    assert diagnose(capped(engine_minutes=rows, ttft_p99=3.5, itl_p99=0.02)) == []
+
+
 def test_a_queue_waiting_for_the_token_budget_raises_the_budget_surely():
     # Below the cap of 128, the KV cache with room, nearly every step at the 8192 budget; 70 %
     # of TTFT in the queue.
@@ -166,7 +183,8 @@ def test_a_queue_for_kv_blocks_is_neither_the_cap_nor_the_budget():
     # proper needs preemptions; without them nothing here names a knob.
     assert diagnose(healthy(ttft_p99=3.5, itl_p99=0.02, waiting_avg=6, kv_max=0.7,
                             engine_minutes=minutes(waiting_avg=6, kv_max=0.95,
-                                                   queue_s=0.7 * 480))) == []
+                                                   queue_s=0.7 * 480,
+                                                   ttft_s=1.0 * 480))) == []
 
 
 def test_high_ttft_with_fine_itl_raises_max_num_batched_tokens():
