@@ -398,8 +398,10 @@ def prefill_itl(facts: Facts) -> Finding | None:
             or (facts.prompt_tps or 0) <= 0:
         return None
     # Recompute after preemptions and steps stretched by a starved CPU raise ITL too: their
-    # own diagnoses say what to change; smaller prefill chunks would not help.
-    if _kv_pressed(facts) or _starved(facts):
+    # own diagnoses say what to change; smaller prefill chunks would not help. Recurring
+    # preemptions are enough to step aside: recompute is prefill, and while the KV cache fills
+    # up (before its average says "pressure") it already stretches the steps.
+    if (facts.preemptions_per_s or 0) >= PREEMPTING or _starved(facts):
         return None
     tokens = int(arg(facts, "max_num_batched_tokens"))
     proposed = max(MIN_BATCHED_TOKENS, int(arg(facts, "max_num_seqs")), tokens // 2)
@@ -423,13 +425,16 @@ def prefill_itl(facts: Facts) -> Finding | None:
 
 
 def _starved(facts: Facts) -> bool:
-    """The CPU holds the engine back while work waits (a queue, or TTFT over its objective):
+    """The CPU holds the engine back while work waits (a queue, or TTFT or ITL over its
+    objective: steps stretched by a starved CPU make every decode wait):
     its processes' threads waited for a CPU (``proc.cpu_wait_pct``, measured where the host's
     kernel keeps schedstat), or a process held a full core or the cgroup throttled while the
     GPUs sat below GPU_BUSY. A full core alone is not enough: at low load vLLM's engine loop
     still polls one, and a GPU idle for want of requests is not starved."""
-    waits = (facts.waiting_avg or 0) >= WAITING or (
-        facts.ttft_p99 is not None and facts.ttft_p99 > _objectives()[0])
+    ttft_slo, itl_slo = _objectives()
+    waits = ((facts.waiting_avg or 0) >= WAITING
+             or (facts.ttft_p99 is not None and facts.ttft_p99 > ttft_slo)
+             or (facts.itl_p99 is not None and facts.itl_p99 > itl_slo))
     return waits and (_cpu_waited(facts) or _cpu_bound(facts))
 
 

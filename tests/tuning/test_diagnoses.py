@@ -258,6 +258,20 @@ def test_threads_waiting_for_a_cpu_beside_a_busy_gpu_is_not_starvation():
                             engine_minutes=minutes(waiting_avg=0.3))) == []
 
 
+def test_decodes_slowed_by_a_throttled_cpu_are_starvation_not_prefill_interference():
+    # No queue, TTFT fine, but every step waits for the CPU: ITL 350 ms.
+    found = only(healthy(throttled_pct=85.0, gpu_util={healthy().gpus[0].id: 62.0},
+                         itl_p99=0.35))
+    assert found.kind == "cpu_starvation"
+
+
+def test_recurring_preemptions_while_the_kv_cache_fills_are_not_prefill_interference():
+    # KV at 45 % on average, filling up, with 0.4 preemptions/s: the recompute stretches the
+    # steps before the average reads as pressure.
+    assert diagnose(healthy(itl_p99=0.15, kv_avg=0.45, preemptions_per_s=0.4,
+                            preempting_share=0.4)) == []
+
+
 def test_processes_on_the_other_numa_node_are_bound_to_the_gpus_node():
     found = only(healthy(proc_cpus=set(range(16, 24))))
     assert found.kind == "numa_mismatch"
