@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm gpu-check lint install lock test-lowest preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-stack bench-selfmetrics bench-real-vllm bench-diagnoses gpu-check lint install lock test-lowest preflight clean
 
 # .venv holds exactly what requirements.lock.txt pins, checked against its hashes (pip, with
 # this machine's pip configuration), then Pitwall itself, editable, without dependencies. The
@@ -207,6 +207,11 @@ bench-silences: $(STAMP)
 bench-real-vllm: preflight real-vllm
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.real_vllm_restart && \
 	  $(PY) -m tests.bench.real_vllm_scrape
+
+# Not part of `make bench` either: the diagnoses' scorecard, simulated and real (its
+# prerequisite installs the real vLLM), about 40 minutes.
+bench-diagnoses: preflight real-vllm
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.diagnoses_scorecard
 
 # Every process of `make run` (no simulated fleet) while 1,000 agents x 8 GPUs report at 1 Hz:
 # CPU and memory per process, the bill per 1,000 GPU hosts, disk growth, the alert cycle.

@@ -39,8 +39,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def stream(name: str, onset: float) -> tuple[object, str]:
-    """Ingest the healthy stretch and the symptom of one preset; returns (host, token)."""
+def stream(name: str, onset: float, calm_rate: float | None = None,
+           hostname: str | None = None) -> tuple[object, str]:
+    """Ingest the healthy stretch (``calm_rate`` requests/s; None: none) and the symptom of
+    one preset, as ``hostname``; returns (host, scenario)."""
     from agents.sim.scenario import simulate
     from agents.sim.scenario_presets import preset
     from controlplane.fleet.tokens import issue_agent_token
@@ -48,13 +50,16 @@ def stream(name: str, onset: float) -> tuple[object, str]:
     from tests.support.asgi import AsgiClient
 
     sick = preset(name)
-    sick = replace(sick, host=replace(sick.host, hostname=f"onset-{name.replace('_', '-')}"))
-    calm = replace(sick, load=replace(sick.load, rate=CASES[name][1]))
+    hostname = hostname or f"onset-{name.replace('_', '-')}"
+    sick = replace(sick, host=replace(sick.host, hostname=hostname))
+    stretches = [(sick, onset + SYMPTOM_MIN * 60, SYMPTOM_MIN)]
+    if calm_rate is not None:
+        calm = replace(sick, load=replace(sick.load, rate=calm_rate, clients=0))
+        stretches.insert(0, (calm, onset, HEALTHY_MIN))
     token, host = issue_agent_token(sick.host.hostname)
     client = AsgiClient(IngestApp())
     try:
-        for scenario, end, minutes in ((calm, onset, HEALTHY_MIN),
-                                       (sick, onset + SYMPTOM_MIN * 60, SYMPTOM_MIN)):
+        for scenario, end, minutes in stretches:
             for batch in simulate(scenario, minutes, end, INTERVAL_S):
                 code, reply = client.post(batch, token)
                 assert code == 200, reply
@@ -93,7 +98,7 @@ def main(argv=None) -> int:
               "window_s": conf["TUNING_WINDOW_S"], "live_lag_bound_s": lag_s, "cases": {}}
     for name, (kind, _) in CASES.items():
         started = time.perf_counter()
-        host, scenario = stream(name, onset.timestamp())
+        host, scenario = stream(name, onset.timestamp(), CASES[name][1])
         declare(host, scenario, name="onset")
         build.catch_up()
         delay = detect(kind, onset)
