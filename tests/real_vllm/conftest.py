@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.core.management import call_command
 
 from tests.real_vllm.engine import Install, RealVllm, install
+from tests.support.samples import truncate_samples
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +21,17 @@ def real_vllm(vllm_install, tmp_path_factory):
     engine.wait_ready()
     yield engine
     engine.stop()
+
+
+@pytest.fixture(scope="module")
+def scenario_db(django_db_setup, django_db_blocker):
+    """The test database, open to a whole module that runs scenarios (scenarios.py): a server
+    and agents write it from processes of their own, so its rows are committed; emptied
+    afterwards, as a transactional test's are."""
+    with django_db_blocker.unblock():
+        truncate_samples()
+        try:
+            yield
+        finally:
+            truncate_samples()
+            call_command("flush", verbosity=0, interactive=False, reset_sequences=False)

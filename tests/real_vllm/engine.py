@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,11 +96,14 @@ class RealVllm:
     """One `vllm serve` of the tiny model on a free loopback port."""
 
     def __init__(self, found: Install, workdir: Path, args: Sequence[str] = (),
-                 kv_gib: int = 1, port: int | None = None) -> None:
+                 kv_gib: int = 1, port: int | None = None,
+                 base_args: Sequence[str] = BASE_ARGS) -> None:
+        """``base_args``: the flags before ``args``; () where ``args`` spell them all (a
+        scenario's engine, whose flags are rendered from a deployment's arguments)."""
         self.install, self.workdir = found, workdir
         self.port = port or free_port()
         self.argv = [*found.command, str(found.model), "--host", "127.0.0.1",
-                     "--port", str(self.port), *BASE_ARGS, *args]
+                     "--port", str(self.port), *base_args, *args]
         workdir.mkdir(parents=True, exist_ok=True)
         self.process = Process(self.argv, env=engine_env(workdir, kv_gib),
                                log=workdir / "vllm.log")
@@ -189,3 +198,101 @@ def post_json(url: str, body: dict, timeout: float) -> dict:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as reply:
         return json.loads(reply.read())
+
+
+# -- closed-loop clients, and a host that starves an engine of CPU (scenarios.py) -------
+
+# "hello world " is three tokens of the tiny model's tokenizer.
+PHRASE, PHRASE_TOKENS = "hello world ", 3
+
+
+@dataclass(frozen=True)
+class Clients:
+    """``count`` clients, each sending one completion after another: a prompt of about
+    ``prompt_tokens`` tokens, ``max_tokens`` generated, ``pause_s`` between two requests."""
+
+    count: int
+    prompt_tokens: int
+    max_tokens: int
+    pause_s: float = 0.0
+
+
+class Load:
+    """Clients against one server, until halted. Every prompt starts with
+    a nonce of its own: vLLM's prefix cache would serve a prompt it saw before from the cache
+    (measured: a repeated 400-token prompt prefilled in a third of the time)."""
+
+    def __init__(self, url: str, model: str, clients: tuple[Clients, ...]) -> None:
+        self.url, self.model = url, model
+        self.outcomes: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._nonce = uuid.uuid4().hex[:8]
+        self._threads = [threading.Thread(target=self._client, args=(c, f"{g}.{i}"),
+                                          daemon=True)
+                         for g, c in enumerate(clients) for i in range(c.count)]
+
+    def start(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def halt(self) -> None:
+        """No new requests; those in flight finish (join waits for them)."""
+        self._halt.set()
+
+    def join(self, timeout: float = 300) -> dict[str, int]:
+        self.halt()
+        for thread in self._threads:
+            thread.join(timeout)
+        return dict(self.outcomes)
+
+    def _client(self, clients: Clients, name: str) -> None:
+        n = 0
+        while not self._halt.is_set():
+            n += 1
+            outcome = self._one(f"{self._nonce} {name} {n} "
+                                + PHRASE * (clients.prompt_tokens // PHRASE_TOKENS),
+                                clients.max_tokens)
+            with self._lock:
+                self.outcomes[outcome] += 1
+            if clients.pause_s or outcome != "completed":
+                self._halt.wait(clients.pause_s or 1.0)
+
+    def _one(self, prompt: str, max_tokens: int) -> str:
+        try:
+            post_json(f"{self.url}/v1/completions",
+                      {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
+                       "ignore_eos": True}, timeout=300)
+        except urllib.error.HTTPError as exc:
+            return f"HTTP {exc.code}"
+        except OSError as exc:
+            return type(exc).__name__
+        return "completed"
+
+
+SPIN = "import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
+
+
+@contextmanager
+def starve_cpu(pids: list[int], cpu: int = 0) -> Iterator[None]:
+    """The engine's processes bound to one CPU (``taskset -a -p``: every thread, since each
+    has its own affinity) and a busy neighbour bound to the same CPU: what a host whose vLLM
+    shares its cores does to it. Undone on exit."""
+    everywhere = os.sched_getaffinity(0)
+    neighbour = subprocess.Popen([sys.executable, "-c", SPIN.format(cpu=cpu)])
+    _bind(pids, {cpu})
+    try:
+        yield
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+        _bind(pids, everywhere)
+
+
+def _bind(pids: list[int], cpus: set[int]) -> None:
+    for pid in pids:
+        with suppress(OSError):  # gone meanwhile
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with suppress(OSError):
+                    os.sched_setaffinity(int(tid), cpus)

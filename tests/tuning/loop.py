@@ -14,12 +14,12 @@ from controlplane.tuning import service
 from tests.support.roles import user_with_role
 
 WINDOW_S = 60  # production: 10 minutes
+SHORT_WINDOWS = {"TUNING_WINDOW_S": WINDOW_S, "TUNING_VERIFY_WINDOW_S": WINDOW_S,
+                 "TUNING_SETTLE_S": 0, "ROLLUP_SETTLE_S": 2, "ROLLUP_INTERVAL_S": 1}
 
 
 def short_windows(settings) -> None:
-    settings.PITWALL = {**settings.PITWALL, "TUNING_WINDOW_S": WINDOW_S,
-                        "TUNING_VERIFY_WINDOW_S": WINDOW_S, "TUNING_SETTLE_S": 0,
-                        "ROLLUP_SETTLE_S": 2, "ROLLUP_INTERVAL_S": 1}
+    settings.PITWALL = {**settings.PITWALL, **SHORT_WINDOWS}
 
 
 def staff_api() -> APIClient:
