@@ -208,6 +208,13 @@ def _raise_kv_cap(facts: Facts, cap: tuple[str, int], proof: list) -> Finding:
 def kv_pressure(facts: Facts) -> Finding | None:
     if not _enough(facts) or not _kv_pressed(facts):
         return None
+    found = _kv_remedy(facts)
+    # Requests that wait for KV blocks wait in the queue: say how much of TTFT that was.
+    found.reasoning += f" Meanwhile {queue_of(facts).split()}."
+    return found
+
+
+def _kv_remedy(facts: Facts) -> Finding:
     gmu, seqs = float(arg(facts, "gpu_memory_utilization")), int(arg(facts, "max_num_seqs"))
     proof = [evidence(facts, "engine.kv_cache_usage", "avg", facts.kv_avg, f">= {KV_HIGH}"),
              evidence(facts, "engine.preemptions_per_s", "avg", facts.preemptions_per_s,

@@ -38,6 +38,7 @@ def test_kv_pressure_with_free_gpu_memory_raises_gpu_memory_utilization():
     assert {e["metric"] for e in found.evidence} >= {"engine.kv_cache_usage",
                                                      "engine.preemptions_per_s"}
     assert "97%" in found.reasoning and found.confidence > 0.8
+    assert "queueing was 7% of TTFT" in found.reasoning
 
 
 def test_kv_pressure_without_spare_memory_lowers_max_num_seqs():
