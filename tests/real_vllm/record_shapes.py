@@ -29,6 +29,7 @@ The file (JSON)::
                           upper bounds, "counts": per bucket, the last one over the bounds}},
         "samples": the same minute's 1-second samples (telemetry_engine_sample):
             {"n", "running": {value: samples}, "waiting": {value: samples},
+             "series": [[seconds into the minute, running, waiting], ...] in time order,
              "waiting_zero_share", "running_at_cap_share" (null where no max_num_seqs is
              set), "running_at_max_share" (at the minute's own maximum)},
         "derived": {"queue_share_of_ttft": mean queue time / mean TTFT,
@@ -110,13 +111,15 @@ def _minute(outcome: Outcome) -> dict[str, Any] | None:
 
 
 def _samples(outcome: Outcome) -> dict[str, Any]:
-    rows = _query("SELECT requests_running, requests_waiting FROM telemetry_engine_sample "
-                  "WHERE engine_id = ANY(%s) AND ts >= %s AND ts < %s AND up = 1",
-                  [outcome.engine_ids, outcome.start, outcome.facts.end])
-    running = [r for r, _ in rows if r is not None]
-    waiting = [w for _, w in rows if w is not None]
+    rows = _query("SELECT extract(epoch FROM ts - %s), requests_running, requests_waiting "
+                  "FROM telemetry_engine_sample WHERE engine_id = ANY(%s) AND ts >= %s "
+                  "AND ts < %s AND up = 1 ORDER BY ts",
+                  [outcome.start, outcome.engine_ids, outcome.start, outcome.facts.end])
+    running = [r for _, r, _ in rows if r is not None]
+    waiting = [w for _, _, w in rows if w is not None]
     cap = outcome.scenario.engine.args.get("max_num_seqs")
     return {"n": len(rows), "running": _counts(running), "waiting": _counts(waiting),
+            "series": [[round(float(at), 1), r, w] for at, r, w in rows],
             "waiting_zero_share": _share(waiting, lambda w: w == 0),
             "running_at_cap_share": _share(running, lambda r: r >= cap) if cap else None,
             "running_at_max_share": _share(running, lambda r: r == max(running))
