@@ -275,18 +275,22 @@ SPIN = "import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
 
 
 @contextmanager
-def starve_cpu(pids: list[int], cpu: int = 0) -> Iterator[None]:
+def starve_cpu(pids: list[int], cpu: int = 0, neighbours: int = 2) -> Iterator[None]:
     """The engine's processes bound to one CPU (``taskset -a -p``: every thread, since each
-    has its own affinity) and a busy neighbour bound to the same CPU: what a host whose vLLM
-    shares its cores does to it. Undone on exit."""
+    has its own affinity) and busy neighbours bound to the same CPU: what a host whose vLLM
+    shares its cores does to it. Two neighbours, because the kernel shares a CPU by thread and
+    the engine has several runnable ones: beside one it kept half the CPU, and its latencies
+    went over the objectives only in some minutes. Undone on exit."""
     everywhere = os.sched_getaffinity(0)
-    neighbour = subprocess.Popen([sys.executable, "-c", SPIN.format(cpu=cpu)])
+    spinning = [subprocess.Popen([sys.executable, "-c", SPIN.format(cpu=cpu)])
+                for _ in range(neighbours)]
     _bind(pids, {cpu})
     try:
         yield
     finally:
-        neighbour.kill()
-        neighbour.wait()
+        for neighbour in spinning:
+            neighbour.kill()
+            neighbour.wait()
         _bind(pids, everywhere)
 
 
