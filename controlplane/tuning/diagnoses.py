@@ -31,7 +31,10 @@ from controlplane.tuning.models import Kind
 
 GIB = 1 << 30
 MIN_MINUTES = 5  # of data in a long window before anything is judged (half a short one)
-KV_HIGH = 0.90  # average KV-cache usage that leaves no room for bursts
+# Average KV-cache usage that leaves no room for bursts. With preemptions it is pressure: a
+# real vLLM preempting 6.7 times a second averaged 0.885 over its minute (requests finish and
+# free blocks between preemptions), another at 4.4/s 0.953.
+KV_HIGH = 0.85
 PREEMPTING = 0.1  # preemptions/s: recompute wasted on a steady basis
 KV_HEADROOM = 0.75  # peak KV usage under which more sequences fit
 GPU_BUSY = 85.0  # % GPU utilisation under which the GPU waits for something
@@ -39,6 +42,12 @@ CORE_PINNED = 90.0  # % of one core: vLLM's engine loop is single-threaded
 # % of one thread's time a vLLM process's threads waited for a CPU: the engine loop loses a
 # step in two to whatever else holds its cores.
 CPU_WAITING = 50.0
+# Without GPU figures (a CPU build: the CPU is the device, and vLLM's own threads contend for
+# it under any load) only a process that waited for nearly all the time it could have run
+# counts. Measured on vLLM 0.32's CPU build on 2 cores: under ordinary load the EngineCore
+# waited 0.66-0.77 of its runnable time (64-81 % of a thread); bound to one CPU beside busy
+# neighbours, 0.99 (100 %, running 1 %).
+CPU_WAIT_SHARE = 0.9
 THROTTLED = 10.0  # % of the time the cgroup throttled the host's CPUs
 WAITING = 0.5  # requests waiting on average: work the GPU could be doing
 FOREIGN_MIN = 1 * GIB  # GPU memory beyond the engine's share worth a word
@@ -51,7 +60,9 @@ MIN_BATCHED_TOKENS = 2048
 # too many at once (the next pass can go on).
 ITL_TARGET = 0.9
 BUDGET_GROWTH = (1.25, 2.0)
-BUDGET_STEP = 64  # tokens: proposals are multiples of it (fine enough for a 512 budget)
+# Tokens: proposals are multiples of it (fine enough for a 512 budget), or of a quarter of a
+# smaller budget's power of two (16 -> 32, not 0).
+BUDGET_STEP = 64
 IDLE_PER_S = 0.05  # requests/s: one every 20 s
 # The reference host: what vLLM at fleet scale wants per host.
 REFERENCE = {"gpu_mem_bytes": 24 * 10**9, "cpu_count": 8, "mem_total_bytes": 64 * 10**9}
@@ -252,12 +263,14 @@ def _kv_remedy(facts: Facts) -> Finding:
 
 
 def sequence_cap(facts: Facts) -> tuple[int, bool]:
-    """``max_num_seqs``, and whether it was inferred: an engine that does not say it (neither
-    set by Pitwall nor reported) and whose running count stopped at one ceiling while
-    requests waited has that ceiling as its cap, not vLLM's default."""
+    """``max_num_seqs``, and whether it was inferred: an engine Pitwall only watches that does
+    not report it, and whose running count stopped at one ceiling while requests waited, has
+    that ceiling as its cap, not vLLM's default. (A deployment's unset argument is vLLM's
+    default: Pitwall wrote its command line.)"""
     seqs = int(arg(facts, "max_num_seqs"))
-    if assumed(facts, "max_num_seqs"):
-        ceiling = queueing.plateau(facts.engine_minutes)
+    if facts.deployment is None and assumed(facts, "max_num_seqs"):
+        ceiling = queueing.plateau(facts.engine_minutes,
+                                   int(arg(facts, "max_num_batched_tokens")))
         if ceiling is not None and ceiling < seqs:
             return ceiling, True
     return seqs, False
@@ -327,7 +340,8 @@ def budget_raise(tokens: int, itl_p99: float, itl_slo: float) -> tuple[int, floa
     room = ITL_TARGET * itl_slo / max(itl_p99, 1e-6)
     if room < low or tokens >= MAX_BATCHED_TOKENS:
         return None
-    proposed = min(MAX_BATCHED_TOKENS, int(tokens * min(room, high)) // BUDGET_STEP * BUDGET_STEP)
+    step = min(BUDGET_STEP, max(1, 1 << max(0, tokens.bit_length() - 3)))
+    proposed = min(MAX_BATCHED_TOKENS, int(tokens * min(room, high)) // step * step)
     if proposed < tokens * low:
         return None
     return proposed, itl_p99 * proposed / tokens
@@ -387,8 +401,8 @@ def _where_ttft_went(q: queueing.Queueing, tokens: int) -> tuple[str, bool]:
     split = q.split()
     if q.cause == "budget":
         return (f"Requests queued while running stayed below max_num_seqs, the KV cache had "
-                f"room and {q.full_steps:.0%} of the steps were full at the {tokens}-token "
-                f"budget: they wait for the budget ({split})."), True
+                f"room and the steps were full: {q.full_steps:.0%} of the {tokens}-token "
+                f"budget on average. They wait for the budget ({split})."), True
     if q.prefill_share is not None and q.prefill_share >= PREFILL_HOLDS:
         return (f"Prefill held most of it ({split}): prompts are prefilled in chunks of up to "
                 f"{tokens} tokens, one chunk a step."), True
@@ -447,7 +461,17 @@ def _starved(facts: Facts) -> bool:
 
 def _cpu_waited(facts: Facts) -> bool:
     util = facts.gpu_util_avg
-    return (facts.cpu_wait_pct or 0) >= CPU_WAITING and (util is None or util < GPU_BUSY)
+    if util is not None:
+        return (facts.cpu_wait_pct or 0) >= CPU_WAITING and util < GPU_BUSY
+    return (_wait_share(facts) or 0) >= CPU_WAIT_SHARE
+
+
+def _wait_share(facts: Facts) -> float | None:
+    """The largest share of its runnable time (waiting + running) a vLLM process spent
+    waiting for a CPU, among those that waited CPU_WAITING or more."""
+    shares = [wait / (wait + facts.proc_cpu.get(pid, 0.0))
+              for pid, wait in facts.proc_cpu_wait.items() if wait >= CPU_WAITING]
+    return max(shares) if shares else None
 
 
 def _cpu_bound(facts: Facts) -> bool:
@@ -463,7 +487,9 @@ def cpu_starvation(facts: Facts) -> Finding | None:
     want = min(8, max(4, 2 + 2 * world_size(facts.args or _reported_parallelism(facts))))
     proposed = _cpus_near_gpus(facts, want) or current
     changes = []
-    if proposed and proposed != current:
+    # An unbound server on a host with no more CPUs than that gains nothing from a binding.
+    everything = current is None and len(proposed or []) >= (facts.host.cpu_count or 0)
+    if proposed and proposed != current and not everything:
         changes.append(change("cpus", current, proposed))
     servers = int(arg(facts, "api_server_count", 1))
     if "api_server_count" in _arg_names(facts.vllm_version or vllm_args.DEFAULT_VERSION):
@@ -490,12 +516,20 @@ def _starvation_proof(facts: Facts) -> tuple[list[dict[str, Any]], list[str]]:
     if util is not None:
         proof.append(evidence(facts, "gpu.util_pct", "avg", util, f"< {GPU_BUSY:g} %", "gpu",
                               facts.gpus[0].id if facts.gpus else None))
-    if _cpu_waited(facts):
+    if _cpu_waited(facts) and util is not None:
         proof.append(evidence(facts, "proc.cpu_wait_pct", "avg, longest-waiting vLLM process",
                               waited, f">= {CPU_WAITING:g} % (threads waiting for a CPU)",
                               "engine"))
         causes.append(f"its threads waited for a CPU {waited:.0f} % of the time (100 = one "
                       f"thread always)")
+    elif _cpu_waited(facts):
+        share = _wait_share(facts)
+        proof.append(evidence(facts, "proc.cpu_wait_pct", "waiting / (waiting + running), "
+                              "longest-waiting vLLM process", share,
+                              f">= {CPU_WAIT_SHARE:g} (no GPU figures: the CPU is the device)",
+                              "engine"))
+        causes.append(f"a vLLM process waited for a CPU {share:.0%} of the time it could have "
+                      f"run")
     if _cpu_bound(facts) and (pinned or 0) >= CORE_PINNED:
         proof.append(evidence(facts, "proc.cpu_pct", "avg, busiest vLLM process", pinned,
                               f">= {CORE_PINNED:g} % (a full core)", "engine"))

@@ -72,6 +72,8 @@ class EngineMinute:
     prefill_n: int
     ttft_s: float | None
     ttft_n: int
+    step_tokens: float | None = None  # tokens over the engine steps of the minute
+    steps: int = 0
 
 
 @dataclass
@@ -105,8 +107,6 @@ class Facts:
     proc_cpus: set[int] = field(default_factory=set)  # CPUs the processes may run on
     proc_cpu_wait: dict[int, float] = field(default_factory=dict)  # pid -> avg % waiting
     engine_minutes: list[EngineMinute] = field(default_factory=list)  # every rank's minutes
-    # Tokens per engine step: the iteration-token histogram's bounds and summed counts.
-    step_tokens: tuple[list[float], list[int]] | None = None
     engine: Engine | None = None  # the server's first engine (rank 0), where reported
 
     @property
@@ -266,7 +266,8 @@ def _histogram_parts(key: str) -> str:
 MINUTE_COLUMNS = ("x.requests_running_max, x.requests_running_avg, x.requests_waiting_avg, "
                   "x.requests_waiting_max, x.kv_cache_usage_max, "
                   + ", ".join(_histogram_parts(k) for k in
-                              ("queue_seconds", "prefill_seconds", "ttft_seconds")))
+                              ("queue_seconds", "prefill_seconds", "ttft_seconds",
+                               "iteration_tokens")))
 
 
 def _engine_minutes(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
@@ -275,11 +276,11 @@ def _engine_minutes(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> 
     for dep, *values in rows:
         numbers = [None if v is None else float(v) for v in values]
         running_max, running_avg, waiting_avg, waiting_max, kv_max = numbers[:5]
-        queue_s, queue_n, prefill_s, prefill_n, ttft_s, ttft_n = numbers[5:]
+        queue_s, queue_n, prefill_s, prefill_n, ttft_s, ttft_n, tokens, steps = numbers[5:]
         facts[dep].engine_minutes.append(EngineMinute(
             running_max, running_avg, waiting_avg, waiting_max, kv_max,
             queue_s, int(queue_n or 0), prefill_s, int(prefill_n or 0), ttft_s,
-            int(ttft_n or 0)))
+            int(ttft_n or 0), tokens, int(steps or 0)))
 
 
 def _summed_buckets(facts: dict[int, Facts], engines: list[tuple[int, int]], key: str,
@@ -306,10 +307,6 @@ def _latencies(facts: dict[int, Facts], engines: list[tuple[int, int]]) -> None:
     for key, attr in (("ttft_seconds", "ttft_p99"), ("itl_seconds", "itl_p99")):
         for dep, (layout, counts) in _summed_buckets(facts, engines, key, width).items():
             setattr(facts[dep], attr, histogram_quantile(0.99, bounds.get(layout, []), counts))
-    for dep, (layout, counts) in _summed_buckets(facts, engines, "iteration_tokens",
-                                                 width).items():
-        if layout in bounds:
-            facts[dep].step_tokens = (list(bounds[layout]), counts[:len(bounds[layout]) + 1])
 
 
 def _gpu_stats(facts: dict[int, Facts], gpus: list[tuple[int, int]]) -> None:

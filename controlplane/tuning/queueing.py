@@ -8,7 +8,12 @@ A request waits for one of three things:
 
 - the sequence cap: ``running`` reaches ``max_num_seqs``;
 - the KV cache: it is full, and preemptions follow;
-- the token budget: ``running`` below the cap, the KV cache with room, the steps full.
+- the token budget: ``running`` below the cap, the KV cache with room, the steps full: their
+  mean tokens (the iteration-token histogram's sum over its count) at the budget. Not the
+  histogram's buckets: vLLM 0.32 counts a prompt's tokens on the step its prefill completes,
+  so a prompt longer than the budget puts its middle chunks' steps in the decode buckets and
+  its whole length in one step (a 256-token budget under 1,800-token prompts: 14 % of the
+  steps in the budget's bucket or above, and 256 tokens a step on average).
 
 A queue is judged minute by minute by how many requests waited on average, time-weighted
 (Little's law on the queue-time histogram: seconds waited per second), or the waiting gauge's
@@ -28,7 +33,7 @@ QUEUED = 0.5  # requests waiting on average over a minute: a queue, not a passin
 QUEUED_SHARE = 0.5  # of the minutes with a queue: it is the rule, not a burst
 CAUSE_SHARE = 0.5  # of the queued minutes in which a cause held: it is the queue's cause
 KV_FULL = 0.90  # peak KV-cache usage in a minute at which admissions wait for blocks
-FULL_STEPS = 0.5  # share of steps at the token budget: the budget binds
+FULL_STEPS = 0.9  # mean tokens per step over the budget: the scheduler fills every step
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class Queueing:
     ttft_s: float | None  # mean time to first token
     capped_share: float | None  # of the queued minutes, those with running at the cap
     kv_full_share: float | None  # of the queued minutes, those with the KV cache full
-    full_steps: float | None  # share of the engine steps at the token budget
+    full_steps: float | None  # mean tokens per step in the queued minutes, over the budget
     cause: str | None
     doubt: str = ""
 
@@ -95,27 +100,27 @@ def waiting_in(m: EngineMinute) -> float:
     return max((m.queue_s or 0.0) / 60.0, m.waiting_avg or 0.0)
 
 
-def full_step_share(step_tokens: tuple[list[float], list[int]] | None,
-                    budget: int) -> float | None:
-    """The share of engine steps in the histogram bucket holding the token budget or above:
-    steps the scheduler filled up to what it may batch."""
-    if step_tokens is None or budget <= 0:
+def step_fill(minutes: list[EngineMinute], budget: int) -> float | None:
+    """Mean tokens per engine step over the minutes, as a share of the token budget (None:
+    no iteration-token histogram)."""
+    tokens = [m.step_tokens for m in minutes if m.step_tokens is not None]
+    steps = sum(m.steps for m in minutes)
+    if not tokens or not steps or budget <= 0:
         return None
-    bounds, counts = step_tokens
-    total = sum(counts)
-    if not total:
-        return None
-    first = next((i for i, bound in enumerate(bounds) if bound >= budget), len(bounds))
-    return sum(counts[first:]) / total
+    return sum(tokens) / steps / budget
 
 
-def plateau(minutes: list[EngineMinute]) -> int | None:
+def plateau(minutes: list[EngineMinute], budget: int) -> int | None:
     """The running count a queue could not get past: the highest ``running`` of the minutes
-    with a queue, reached in most of them (None: no queue, or no such ceiling). Where an
-    engine does not say its ``max_num_seqs`` (a container whose command line the agent cannot
-    read), that ceiling with requests waiting behind it is the cap."""
+    with a queue, reached in most of them (None: no queue, no such ceiling, or steps full at
+    the token budget, which holds ``running`` below a cap too). Where an engine does not say
+    its ``max_num_seqs`` (a container whose command line the agent cannot read), that ceiling
+    with requests waiting behind it is the cap."""
     queued = [m for m in minutes if waiting_in(m) >= QUEUED and m.running_max]
     if not queued:
+        return None
+    fill = step_fill(queued, budget)
+    if fill is not None and fill >= FULL_STEPS:
         return None
     top = max(m.running_max or 0 for m in queued)
     at_top = sum(1 for m in queued if m.running_max == top) / len(queued)
@@ -129,7 +134,7 @@ def read(facts: Facts, max_num_seqs: int, budget: int, kv_pressed: bool) -> Queu
     waits = [waiting_in(m) for m in minutes]
     capped = _share_of(queued, lambda m: (m.running_max or 0) >= max_num_seqs)
     kv_full = _share_of(queued, lambda m: (m.kv_max or 0) >= KV_FULL)
-    steps = full_step_share(facts.step_tokens, budget)
+    steps = step_fill(queued, budget)
     reading = Queueing(
         minutes=len(minutes), queued_share=len(queued) / len(minutes) if minutes else 0.0,
         waiting=sum(waits) / len(waits) if waits else None,
@@ -157,7 +162,7 @@ def _cause(q: Queueing, kv_pressed: bool, seqs: int, budget: int) -> tuple[str |
     if q.full_steps is not None and q.full_steps >= FULL_STEPS:
         return "budget", ""
     steps = ("vLLM reported no tokens per step" if q.full_steps is None else
-             f"{q.full_steps:.0%} of the steps were at the {budget}-token budget")
+             f"the steps held {q.full_steps:.0%} of the {budget}-token budget on average")
     return None, (f"requests waited while running reached the {seqs}-sequence cap in only "
                   f"{q.capped_share or 0:.0%} of those minutes, the KV cache had room and "
                   f"{steps}: what held them back is not clear")

@@ -43,11 +43,12 @@ def deployment(h: Host, **changes) -> Deployment:
 
 
 # A healthy engine's minute: 8 requests/s (480 a minute), 60 running, a queue that forms and
-# goes (0.02 s a request), most of TTFT (0.30 s on average) in the prefill (0.25 s).
+# goes (0.02 s a request), most of TTFT (0.30 s on average) in the prefill (0.25 s); 2,000
+# steps of 300 tokens on average.
 HEALTHY_MINUTE = EngineMinute(
     running_max=90, running_avg=60, waiting_avg=0.1, waiting_max=2, kv_max=0.7,
     queue_s=0.02 * 480, queue_n=480, prefill_s=0.25 * 480, prefill_n=480, ttft_s=0.30 * 480,
-    ttft_n=480)
+    ttft_n=480, step_tokens=300 * 2000, steps=2000)
 
 
 def minutes(count: int = 10, **changes) -> list[EngineMinute]:
@@ -66,7 +67,5 @@ def healthy(**changes) -> Facts:
                   generation_tps=2400, prompt_tps=9000, finished_per_s=8, ttft_p99=0.6,
                   itl_p99=0.03, gpu_util={gpu.id: 93.0}, gpu_mem_used={gpu.id: 0.9 * H200},
                   proc_cpu={4242: 55.0, 4243: 30.0}, throttled_pct=0.0,
-                  proc_cpus=set(range(8)), engine_minutes=minutes(),
-                  step_tokens=([1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
-                               [0, 0, 0, 0, 10, 500, 3000, 900, 40, 10, 0, 0, 0, 0]))
+                  proc_cpus=set(range(8)), engine_minutes=minutes())
     return replace(facts, **changes)

@@ -141,6 +141,38 @@ def test_a_cap_the_engine_does_not_report_is_read_from_where_running_stopped():
     assert found.confidence < only(real_capped()).confidence
 
 
+def test_a_deployments_unset_cap_is_vllms_default_not_where_running_stopped():
+    # Pitwall wrote its command line: running stopping at 3 below the default is something
+    # else (here the token budget, with the steps full).
+    rows = minutes(running_max=3, running_avg=3, waiting_avg=2.5, kv_max=0.1,
+                   queue_s=0.67 * 480, prefill_s=0.29 * 480, ttft_s=480.0,
+                   step_tokens=256 * 1000, steps=1000)
+    d = deployment(healthy().host, args={"max_num_batched_tokens": 256})
+    found = only(healthy(deployment=d, engine_minutes=rows, ttft_p99=5.0, itl_p99=0.016,
+                         running_max=3, kv_max=0.1))
+    assert found.kind == "prefill_ttft", found.reasoning
+    assert found.changes == [{"field": "args.max_num_batched_tokens", "current": 256,
+                              "proposed": 512}]
+
+
+def test_a_watched_engine_held_below_a_ceiling_by_a_full_budget_has_no_inferred_cap():
+    rows = minutes(running_max=3, running_avg=3, waiting_avg=2.5, kv_max=0.1,
+                   queue_s=0.67 * 480, prefill_s=0.29 * 480, ttft_s=480.0,
+                   step_tokens=256 * 1000, steps=1000)
+    found = only(healthy(deployment=None, engine_config={"max_num_batched_tokens": "256"},
+                         engine_minutes=rows, ttft_p99=5.0, itl_p99=0.016, running_max=3,
+                         kv_max=0.1))
+    assert found.kind == "prefill_ttft"
+
+
+def test_a_tiny_budget_is_raised_by_a_step_it_can_take():
+    # 16 tokens (the real run that saw queueing behind the budget): 32, not 0 in steps of 64.
+    d = deployment(healthy().host, args={"max_num_batched_tokens": 16})
+    found = only(healthy(deployment=d, ttft_p99=3.5, itl_p99=0.02))
+    assert found.changes == [{"field": "args.max_num_batched_tokens", "current": 16,
+                              "proposed": 32}]
+
+
 def test_a_window_that_caught_the_onset_of_a_capped_queue_names_no_prefill_knob():
     # Six calm minutes, then four at the cap with most of TTFT in the queue: too early for
     # concurrency_cap, and no reason to blame the prefill budget meanwhile.
@@ -149,13 +181,12 @@ def test_a_window_that_caught_the_onset_of_a_capped_queue_names_no_prefill_knob(
 
 
 def test_a_queue_waiting_for_the_token_budget_raises_the_budget_surely():
-    # Below the cap of 128, the KV cache with room, nearly every step at the 8192 budget; 70 %
-    # of TTFT in the queue.
-    full = ([1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
-            [0, 0, 0, 0, 0, 0, 0, 0, 5, 10, 40, 900, 0, 0])
-    found = only(healthy(ttft_p99=3.5, itl_p99=0.02, waiting_avg=6, step_tokens=full,
+    # Below the cap of 128, the KV cache with room, the steps at 8,100 of the 8,192-token
+    # budget on average; 70 % of TTFT in the queue.
+    found = only(healthy(ttft_p99=3.5, itl_p99=0.02, waiting_avg=6,
                          engine_minutes=minutes(waiting_avg=6, queue_s=0.7 * 480,
-                                                prefill_s=0.25 * 480, ttft_s=1.0 * 480)))
+                                                prefill_s=0.25 * 480, ttft_s=1.0 * 480,
+                                                step_tokens=8100 * 1000, steps=1000)))
     assert found.kind == "prefill_ttft"
     assert found.confidence == 0.7 and "wait for the budget" in found.reasoning
     assert "queueing was 70% of TTFT" in found.reasoning
@@ -235,19 +266,31 @@ def test_a_gpu_idle_for_want_of_requests_is_not_starved():
                             throttled_pct=40.0, waiting_avg=0.0, ttft_p99=0.3)) == []
 
 
+def cpu_build(**changes):
+    """vLLM's CPU build (no GPUs, no NVML) as a deployment bound to CPU 0."""
+    d = deployment(host(), gpu_indices=[], cpus=[0])
+    return healthy(**{"deployment": d, "gpus": [], "gpu_util": {}, "gpu_mem_used": {},
+                      **changes})
+
+
 def test_threads_waiting_for_a_cpu_starve_an_engine_even_without_gpu_figures():
-    # A CPU build (no NVML): bound to CPU 0 beside a busy neighbour, its threads waited 70 %
-    # of the time while requests queued.
-    h = host()
-    d = deployment(h, gpu_indices=[], cpus=[0])
-    found = only(healthy(deployment=d, gpus=[], gpu_util={}, gpu_mem_used={},
-                         proc_cpu={4242: 48.0}, proc_cpu_wait={4242: 70.0, 4243: 5.0},
-                         waiting_avg=3, ttft_p99=0.8))
+    # Real vLLM 0.32 bound to one CPU beside busy neighbours: its EngineCore waited 100 % of
+    # a thread's time while running 1 %, its worker 130 % while running 49 %; TTFT p99 2.5 s.
+    found = only(cpu_build(proc_cpu={4242: 49.0, 4243: 1.0},
+                           proc_cpu_wait={4242: 130.0, 4243: 100.0}, ttft_p99=2.5))
     assert found.kind == "cpu_starvation"
     assert found.changes[0] == {"field": "cpus", "current": [0], "proposed": [0, 1, 2, 3]}
-    assert "waited for a CPU 70 %" in found.reasoning and "no GPU utilisation" in \
-        found.reasoning
+    assert "waited for a CPU 99% of the time it could have run" in found.reasoning
+    assert "no GPU utilisation" in found.reasoning
     assert {e["metric"] for e in found.evidence} == {"proc.cpu_wait_pct"}
+
+
+def test_a_cpu_builds_own_threads_contending_under_load_is_not_starvation():
+    # The same engine unbound under a queue: its threads wait for each other (the CPU is its
+    # device), 66-77 % of their runnable time.
+    assert diagnose(cpu_build(proc_cpu={4242: 135.0, 4243: 30.0},
+                              proc_cpu_wait={4242: 100.0, 4243: 70.0}, waiting_avg=7,
+                              ttft_p99=2.5, itl_p99=0.08)) == []
 
 
 def test_threads_waiting_for_a_cpu_while_nothing_waits_for_them_is_not_starvation():
