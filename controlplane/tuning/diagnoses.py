@@ -497,11 +497,11 @@ def cpu_starvation(facts: Facts) -> Finding | None:
     proof, causes = _starvation_proof(facts)
     util = facts.gpu_util_avg
     gpus = (f"The GPUs averaged {util:.0f} % busy" if util is not None else
-            "With no GPU utilisation reported (a CPU build, or NVML unreadable)")
+            "No GPU utilisation was reported (a CPU build, or NVML unreadable)")
     return Finding(
         Kind.CPU_STARVATION, confidence=0.8, evidence=proof, changes=changes,
         severity=(facts.cpu_wait_pct or 0.0) if _cpu_waited(facts) else GPU_BUSY - (util or 0),
-        reasoning=(f"{gpus} with work queued or running while {' and '.join(causes)}: the "
+        reasoning=(f"{gpus}; with work queued or running, {' and '.join(causes)}: the "
                    f"engine loop cannot keep the device fed. vLLM wants 4-8 dedicated cores "
                    f"per instance and more API server processes under load."),
         expected="Less CPU wait, higher device utilisation, step times and TTFT down at the "
@@ -697,9 +697,10 @@ def over_provisioned(facts: Facts) -> Finding | None:
                            facts.finished_per_s, f"< {IDLE_PER_S} over {idle_window // 60} min"),
                   evidence(facts, "engine.kv_cache_usage", "max", facts.kv_max, "< 0.1")],
         changes=changes,
-        reasoning=(f"Over {facts.minutes} minutes it finished {facts.finished_per_s or 0:.3f} "
-                   f"requests/s and KV usage never passed {facts.kv_max or 0:.0%}: its GPUs "
-                   f"sit idle. " + ("Halve the tensor parallelism to free GPUs."
+        reasoning=(f"Over {facts.minutes} minute{'s' * (facts.minutes != 1)} it finished "
+                   f"{facts.finished_per_s or 0:.3f} requests/s and KV usage never passed "
+                   f"{facts.kv_max or 0:.0%}: its {'GPUs sit' if facts.gpus else 'engine sits'} "
+                   f"idle. " + ("Halve the tensor parallelism to free GPUs."
                                     if changes else "Consolidate it onto another deployment "
                                                     "or stop it.")),
         expected="The same service for this load on fewer GPUs." if changes else
