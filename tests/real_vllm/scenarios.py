@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -421,11 +421,24 @@ def expected_kinds(outcome: Outcome) -> set[str]:
     return {outcome.scenario.expected} - {None} | ({Kind.HOST_READINESS} if small else set())
 
 
-def scorecard(found: Install, only: list[str] | None = None) -> Iterator[dict[str, Any]]:
+def on_the_other_path(scenario: Scenario) -> Scenario:
+    """The scenario with its engine watched where it was deployed, and deployed where it was
+    watched (the scorecard runs both)."""
+    engine = scenario.engine
+    other = replace(engine, watched=not engine.watched,
+                    name=f"{engine.name}-{'watched' if not engine.watched else 'deployed'}")
+    return replace(scenario, engine=other)
+
+
+def scorecard(found: Install, only: list[str] | None = None,
+              other_path: bool = False) -> Iterator[dict[str, Any]]:
     """Every scenario (or those named) on the real vLLM, as rows of the diagnoses scorecard
-    (tests/bench/diagnoses_scorecard.py), on the database Django is set up with."""
+    (tests/bench/diagnoses_scorecard.py), on the database Django is set up with; each on the
+    other path than its own with ``other_path``."""
     slots = [tuple(n for n in slot if not only or n in only) for slot in EVERY]
     plan = schedule(*(slot for slot in slots if slot))
+    if other_path:
+        plan = tuple(tuple(on_the_other_path(s) for s in slot) for slot in plan)
     workdir = Path(tempfile.mkdtemp(prefix="pitwall-scenarios-"))
     with (override_settings(PITWALL=pitwall_settings(settings.PITWALL)),
           Stack(found, workdir, plan) as stack):
