@@ -281,7 +281,7 @@ def test_threads_waiting_for_a_cpu_starve_an_engine_even_without_gpu_figures():
     assert found.kind == "cpu_starvation"
     assert found.changes[0] == {"field": "cpus", "current": [0], "proposed": [0, 1, 2, 3]}
     assert "waited for a CPU 99% of the time it could have run" in found.reasoning
-    assert "no GPU utilisation" in found.reasoning
+    assert "No GPU utilisation was reported" in found.reasoning
     assert {e["metric"] for e in found.evidence} == {"proc.cpu_wait_pct"}
 
 
