@@ -5,6 +5,7 @@ SELECT
   array_send(array_agg(t.ts)),
   array_send(array_agg(coalesce(t.engine_id, -1))),
   array_send(array_agg(coalesce(t.cpu_pct, 'NaN'))),
+  array_send(array_agg(coalesce(t.cpu_wait_pct, 'NaN'))),
   array_send(array_agg(coalesce(t.rss_bytes::float8, 'NaN'))),
   array_send(array_agg(coalesce(t.gpu_mem_bytes::float8, 'NaN'))),
   array_send(array_agg(coalesce(t.threads::float8, 'NaN')))
