@@ -209,7 +209,7 @@ bench-real-vllm: preflight real-vllm
 	  $(PY) -m tests.bench.real_vllm_scrape
 
 # Not part of `make bench` either: the diagnoses' scorecard, simulated and real (its
-# prerequisite installs the real vLLM), about 40 minutes.
+# prerequisite installs the real vLLM), about 30 minutes on 2 cores.
 bench-diagnoses: preflight real-vllm
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.diagnoses_scorecard
 

@@ -47,6 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/diagnoses.json")
     parser.add_argument("--sim-only", action="store_true", help="skip the real vLLM")
+    parser.add_argument("--real-only", action="store_true", help="skip the simulated vLLM")
+    parser.add_argument("--real-paths", choices=("both", "own", "other"), default="both",
+                        help="the real scenarios on their own path, the other, or both")
     parser.add_argument("--only", nargs="*", default=None, help="these presets alone")
     return parser.parse_args(argv)
 
@@ -132,7 +135,7 @@ def simulated(only: list[str] | None) -> list[dict]:
     return rows
 
 
-def real(only: list[str] | None) -> list[dict]:
+def real(only: list[str] | None, paths: str = "both") -> list[dict]:
     """The real vLLM's scenarios, where it is installed (tests/real_vllm/scenarios.py)."""
     from tests.real_vllm import scenarios
     from tests.real_vllm.engine import MissingInstall, install
@@ -143,7 +146,7 @@ def real(only: list[str] | None) -> list[dict]:
         print(f"  real vLLM: skipped ({exc})")
         return []
     rows = []
-    for other_path in (False, True):
+    for other_path in {"both": (False, True), "own": (False,), "other": (True,)}[paths]:
         for row in scenarios.scorecard(found, only, other_path):
             row = {**row, "engine": f"real ({row['engine']})",
                    "missed": sorted(set(row["expected"]) - set(row["found"]))}
@@ -177,9 +180,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     harness.open_bench_database()
     started = time.perf_counter()
-    rows = simulated(args.only)
+    rows = [] if args.real_only else simulated(args.only)
     if not args.sim_only:
-        rows += real(args.only)
+        rows += real(args.only, args.real_paths)
     report = {"machine": harness.machine(), "when": datetime.now(UTC).isoformat(),
               "seconds": round(time.perf_counter() - started), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -440,7 +440,9 @@ def scorecard(found: Install, only: list[str] | None = None,
     if other_path:
         plan = tuple(tuple(on_the_other_path(s) for s in slot) for slot in plan)
     workdir = Path(tempfile.mkdtemp(prefix="pitwall-scenarios-"))
-    with (override_settings(PITWALL=pitwall_settings(settings.PITWALL)),
+    # The API client's "testserver" is a host production settings do not allow.
+    with (override_settings(PITWALL=pitwall_settings(settings.PITWALL),
+                            ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "testserver"]),
           Stack(found, workdir, plan) as stack):
         outcomes = run(stack, plan)
     for slot in plan:
