@@ -168,11 +168,11 @@ Slot = tuple[Scenario, ...]  # scenarios that share a minute, on engines of thei
 # load and its symptoms measured (vLLM 0.32, the agents, the server and the other engines on
 # the same cores): light load has a TTFT p99 of 0.23-0.33 s and a queue makes it 2-6 s, hence
 # 1 s; light load has an ITL p99 of 105-175 ms (a decode step is 5-10 ms; the tail is other
-# processes' time slices), steps of 15,000 prefill tokens make it 950-1,010 ms, hence 600 ms.
-# A budget raise for prefill_ttft needs ITL p99 under 0.72 of it (432 ms): 130-190 ms measured
-# alone, 408 ms with `make test-schema` beside it as .ci/run runs them (a 300 ms objective left
-# no room for the raise there).
-OBJECTIVES = {"ALERT_TTFT_P99_OBJECTIVE_MS": 1000, "TUNING_ITL_P99_OBJECTIVE_MS": 600}
+# processes' time slices), steps of 15,000 prefill tokens make it 950-2,340 ms, hence 700 ms.
+# A budget raise for prefill_ttft needs ITL p99 under 0.72 of it (504 ms): 130-190 ms measured
+# alone, 397-408 ms with `make test-schema` beside it as .ci/run runs them (a 300 ms objective
+# left no room for the raise there).
+OBJECTIVES = {"ALERT_TTFT_P99_OBJECTIVE_MS": 1000, "TUNING_ITL_P99_OBJECTIVE_MS": 700}
 WATCH_HOST, DEPLOY_HOST = "cpu-watch", "cpu-deploy"
 MINUTE = timedelta(minutes=1)
 # After a minute ends: the agents' last samples of it land and the rollup settles
