@@ -19,21 +19,40 @@ class Needs(BasePermission):
     message = "your role does not allow this"
 
     def has_permission(self, request, view) -> bool:
-        user = request.user
-        if not (user and user.is_authenticated and user.is_active and hasattr(user, "has_perm")):
-            self.message = "sign in, or send a user API token: Authorization: Bearer pwu_…"
+        if not self.signed_in(request) or not self.scope_allows(request):
             return False
         if not _handled(view, request.method):
             return True  # the view answers 405 Method Not Allowed, which says more than a 403
         reading = request.method in SAFE_METHODS
-        if not reading and getattr(request.auth, "scope", None) == TokenScope.READ:
-            self.message = "this API token is read-only"
-            return False
         needed = self.read if reading else self.write
-        if needed is None or not user.has_perm(needed):
+        if needed is None or not request.user.has_perm(needed):
             self.message = f"your role does not allow this (needs the permission {needed})"
             return False
         return True
+
+    def signed_in(self, request) -> bool:
+        """An active user, by session or user API token (not an agent token)."""
+        user = request.user
+        if user and user.is_authenticated and user.is_active and hasattr(user, "has_perm"):
+            return True
+        self.message = "sign in, or send a user API token: Authorization: Bearer pwu_…"
+        return False
+
+    def scope_allows(self, request) -> bool:
+        """A read-only token reads, whatever the method would do and whatever its user may:
+        checked before anything else so that no view, action or subclass can forget it."""
+        if request.method in SAFE_METHODS or getattr(request.auth, "scope",
+                                                     None) != TokenScope.READ:
+            return True
+        self.message = "this API token is read-only"
+        return False
+
+
+class SignedIn(Needs):
+    """Any active user, whatever their role (their own tokens, the API's schema)."""
+
+    def has_permission(self, request, view) -> bool:
+        return self.signed_in(request) and self.scope_allows(request)
 
 
 def _handled(view, method: str) -> bool:

@@ -2,6 +2,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from controlplane.api.permissions import SignedIn
 from controlplane.api.views.alerts import AlertRuleViewSet, AlertViewSet, SilenceViewSet
 from controlplane.api.views.audit import AuditViewSet
 from controlplane.api.views.channels import ChannelViewSet, NotificationViewSet
@@ -42,10 +43,14 @@ router.register("audit", AuditViewSet, basename="audit")
 router.register("users", UserViewSet, basename="user")
 
 urlpatterns = [
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    # The schema maps every endpoint, parameter and limit: for signed-in users (session or
+    # user API token, any role), as the API itself is (drf-spectacular serves it to anyone).
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[SignedIn]), name="schema"),
     # The split view serves its start-up script as a file: the Content-Security-Policy allows
     # no inline script without a nonce.
-    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema",
+                                                      permission_classes=[SignedIn]),
+         name="api-docs"),
     path("series/", SeriesView.as_view(), name="series"),
     path("efficiency/engines/", EngineEfficiencyListView.as_view(), name="efficiency-engines"),
     path("efficiency/engines/<int:engine_id>/", EngineEfficiencyView.as_view(),

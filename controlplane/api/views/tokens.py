@@ -10,7 +10,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.permissions import Needs, needs
+from controlplane.api.permissions import SignedIn, needs
 from controlplane.api.serializers.tokens import (
     AgentTokenSerializer,
     ApiTokenSerializer,
@@ -22,15 +22,9 @@ from controlplane.fleet import tokens
 from controlplane.fleet.models import AgentToken, ApiToken
 
 
-class OwnTokens(Needs):
-    """Any signed-in user manages their own tokens; what a token may do is its user's role."""
-
-    def has_permission(self, request, view) -> bool:
-        user = request.user
-        if not (user and user.is_authenticated and user.is_active and hasattr(user, "has_perm")):
-            self.message = "sign in, or send a user API token: Authorization: Bearer pwu_…"
-            return False
-        return True
+class OwnTokens(SignedIn):
+    """Any signed-in user manages their own tokens; what a token may do is its user's role,
+    and a read-only token revokes nothing (SignedIn checks its scope)."""
 
     def has_object_permission(self, request, view, token: ApiToken) -> bool:
         if token.user_id == request.user.pk or request.user.has_perm("fleet.change_apitoken"):
