@@ -10,6 +10,7 @@ from pathlib import Path
 
 from csp.constants import NONCE, NONE, SELF
 
+from controlplane.accounts.sso.mapping import parse_group_roles
 from controlplane.lib.env import (
     ConfigError,
     database_from_url,
@@ -52,6 +53,7 @@ INSTALLED_APPS = [
     "controlplane.audit",
     # After the apps whose permissions its roles hold (it syncs the groups after migrate).
     "controlplane.accounts",
+    "controlplane.accounts.sso",
     "controlplane.api",
     "controlplane.realtime",
     "controlplane.web",
@@ -150,7 +152,8 @@ AUTH_PASSWORD_VALIDATORS = [
 # for AXES_COOLOFF_MINUTES (429), even with the right password. A success resets the count.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend, refusing passwords while PITWALL_LOCAL_LOGIN is off (below).
+    "controlplane.accounts.sso.backends.LocalPasswordBackend",
 ]
 AXES_FAILURE_LIMIT = envint("PITWALL_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envint("PITWALL_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
@@ -162,6 +165,37 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "web:fleet"
 LOGOUT_REDIRECT_URL = "login"
+
+# Single sign-on (docs/security.md, "Single sign-on"): OpenID Connect through
+# mozilla-django-oidc, on when PITWALL_OIDC_CLIENT_ID is set. Users are found by the provider's
+# subject, created at their first sign-in, and given the role their groups map to at every one.
+# PITWALL_LOCAL_LOGIN=off refuses passwords to all but PITWALL_BREAK_GLASS_USERS.
+_OIDC = envstr("PITWALL_OIDC_CLIENT_ID", "") != ""
+PITWALL_SSO = {
+    "ENABLED": _OIDC,
+    "LOCAL_LOGIN": envbool("PITWALL_LOCAL_LOGIN", True),
+    "BREAK_GLASS_USERS": envlist("PITWALL_BREAK_GLASS_USERS", []),
+    "ISSUER": envstr("PITWALL_OIDC_ISSUER") if _OIDC else "",
+    "PROVIDER_NAME": envstr("PITWALL_OIDC_PROVIDER_NAME", "single sign-on"),
+    "USERNAME_CLAIM": envstr("PITWALL_OIDC_USERNAME_CLAIM", "preferred_username"),
+    "GROUPS_CLAIM": envstr("PITWALL_OIDC_GROUPS_CLAIM", "groups"),
+    "GROUP_ROLES": parse_group_roles(envstr("PITWALL_OIDC_GROUP_ROLES", "")),
+}
+if _OIDC:
+    AUTHENTICATION_BACKENDS.append("controlplane.accounts.sso.backends.OidcBackend")
+    OIDC_RP_CLIENT_ID = envstr("PITWALL_OIDC_CLIENT_ID")
+    OIDC_RP_CLIENT_SECRET = envsecret("PITWALL_OIDC_CLIENT_SECRET")
+    OIDC_OP_AUTHORIZATION_ENDPOINT = envstr("PITWALL_OIDC_AUTHORIZATION_URL")
+    OIDC_OP_TOKEN_ENDPOINT = envstr("PITWALL_OIDC_TOKEN_URL")
+    OIDC_OP_USER_ENDPOINT = envstr("PITWALL_OIDC_USERINFO_URL")
+    OIDC_OP_JWKS_ENDPOINT = envstr("PITWALL_OIDC_JWKS_URL")
+    OIDC_RP_SIGN_ALGO = envstr("PITWALL_OIDC_SIGN_ALGO", "RS256")
+    OIDC_RP_SCOPES = envstr("PITWALL_OIDC_SCOPES", "openid email profile groups")
+    OIDC_USE_PKCE = True
+    OIDC_TIMEOUT = 10  # seconds per request to the provider: a hung one must not hold a worker
+elif not PITWALL_SSO["LOCAL_LOGIN"]:
+    raise ConfigError("PITWALL_LOCAL_LOGIN=off needs single sign-on: set PITWALL_OIDC_CLIENT_ID "
+                      "and the other PITWALL_OIDC_* settings (docs/security.md)")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -285,6 +319,20 @@ PITWALL = {
     "INGEST_MAX_REQUESTS_IN_FLIGHT": envint("PITWALL_INGEST_MAX_REQUESTS_IN_FLIGHT", 256,
                                             minimum=1),
     "INGEST_RETRY_AFTER_S": envint("PITWALL_INGEST_RETRY_AFTER_S", 5, minimum=1),
+    # Ingest against one agent token holding requests open (docs/security.md): a body must
+    # arrive within INGEST_BODY_TIMEOUT_S (else 408); a host may have
+    # INGEST_MAX_REQUESTS_PER_HOST requests open (else 429; an agent sends one at a time);
+    # at most INGEST_MAX_BODIES_READING bodies arrive at once (else 503). Only requests whose
+    # bodies arrived count against INGEST_MAX_REQUESTS_IN_FLIGHT.
+    "INGEST_BODY_TIMEOUT_S": envint("PITWALL_INGEST_BODY_TIMEOUT_S", 30, minimum=1),
+    "INGEST_MAX_REQUESTS_PER_HOST": envint("PITWALL_INGEST_MAX_REQUESTS_PER_HOST", 4,
+                                           minimum=1),
+    "INGEST_MAX_BODIES_READING": envint("PITWALL_INGEST_MAX_BODIES_READING", 512, minimum=1),
+    # Ingest: a body (after gzip) may hold one JSON array or object per this many bytes (plus
+    # 1,024): agents write one per 74-230 bytes; denser bodies cost their decoder up to 6x as
+    # much CPU per byte, on the event loop, and are refused before decoding (docs/security.md).
+    "INGEST_JSON_BYTES_PER_CONTAINER": envint("PITWALL_INGEST_JSON_BYTES_PER_CONTAINER", 24,
+                                              minimum=1),
     # A host, GPU or engine is online when it reported within this many seconds.
     "ONLINE_WINDOW_S": envint("PITWALL_ONLINE_WINDOW_S", 30, minimum=1),
     # Samples further in the future than this (clock skew) are refused.
@@ -340,6 +388,13 @@ PITWALL = {
     "ALERT_DELIVERY_LEASE_S": envint("PITWALL_ALERT_DELIVERY_LEASE_S", 0, minimum=0),
     # A silence lasts at most this many days after it starts (longer: a 400 naming ends_at).
     "ALERT_SILENCE_MAX_DAYS": envint("PITWALL_ALERT_SILENCE_MAX_DAYS", 90, minimum=1),
+    # Every active silence is matched against every alert of the alert list and of each
+    # notification pass: matchers per silence, silences active or pending, and the regex bytes
+    # they hold in all are bounded (over: a 400 naming the setting; docs/security.md).
+    "ALERT_SILENCE_MAX_MATCHERS": envint("PITWALL_ALERT_SILENCE_MAX_MATCHERS", 32, minimum=1),
+    "ALERT_SILENCES_MAX_ACTIVE": envint("PITWALL_ALERT_SILENCES_MAX_ACTIVE", 500, minimum=1),
+    "ALERT_SILENCES_MAX_PATTERN_BYTES": envint("PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES",
+                                               65536, minimum=1024),
     # Each statement of a rule preview or a series read is cancelled after this many seconds
     # (503 that says so): a user's query must not hold a connection for everyone.
     "QUERY_TIMEOUT_S": envint("PITWALL_QUERY_TIMEOUT_S", 5, minimum=1),

@@ -1,0 +1,25 @@
+"""Who may sign in with a password, and the settings single sign-on reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+
+def sso() -> dict[str, Any]:
+    return settings.PITWALL_SSO
+
+
+def password_refusal(username: str | None) -> str | None:
+    """Why a password sign-in as ``username`` is refused, or None when it may go ahead.
+
+    With PITWALL_LOCAL_LOGIN=off only the break-glass accounts (PITWALL_BREAK_GLASS_USERS) sign
+    in with a password: everyone else goes through the identity provider, which is where an
+    organisation turns people's access on and off.
+    """
+    config = sso()
+    if config["LOCAL_LOGIN"] or (username is not None and username in config["BREAK_GLASS_USERS"]):
+        return None
+    return (f"Password sign-in is turned off for this account: sign in with "
+            f"{config['PROVIDER_NAME']}.")
