@@ -395,6 +395,13 @@ PITWALL = {
     "ALERT_SILENCES_MAX_ACTIVE": envint("PITWALL_ALERT_SILENCES_MAX_ACTIVE", 500, minimum=1),
     "ALERT_SILENCES_MAX_PATTERN_BYTES": envint("PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES",
                                                65536, minimum=1024),
+    # Every active silence is matched against every alert of the alert list and of each
+    # notification pass: matchers per silence, silences active or pending, and the regex bytes
+    # they hold in all are bounded (over: a 400 naming the setting; docs/security.md).
+    "ALERT_SILENCE_MAX_MATCHERS": envint("PITWALL_ALERT_SILENCE_MAX_MATCHERS", 32, minimum=1),
+    "ALERT_SILENCES_MAX_ACTIVE": envint("PITWALL_ALERT_SILENCES_MAX_ACTIVE", 500, minimum=1),
+    "ALERT_SILENCES_MAX_PATTERN_BYTES": envint("PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES",
+                                               65536, minimum=1024),
     # Each statement of a rule preview or a series read is cancelled after this many seconds
     # (503 that says so): a user's query must not hold a connection for everyone.
     "QUERY_TIMEOUT_S": envint("PITWALL_QUERY_TIMEOUT_S", 5, minimum=1),

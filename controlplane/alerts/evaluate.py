@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from agents.protocol import Entity
 from controlplane.alerts.apply import apply_hits
+from controlplane.alerts.compiled import compile_matchers, matches_all
 from controlplane.alerts.fleet_names import FleetNames
 from controlplane.alerts.metrics import CYCLE_SECONDS, RULE_ERRORS
 from controlplane.alerts.models import AlertRule
@@ -34,7 +35,6 @@ from controlplane.alerts.patterns import PatternError, glob_match
 from controlplane.alerts.queries import Cycle, Fleet, Hit, Hits, layouts_of, threshold_hits
 from controlplane.alerts.queries import add_needs as threshold_needs
 from controlplane.alerts.shards import Shard, shards
-from controlplane.alerts.silences import matches
 from controlplane.alerts.windows.needs import Needs
 from controlplane.alerts.windows.store import SliceStore, View, refresh_stores
 from controlplane.telemetry.series.histograms import max_buckets
@@ -263,7 +263,8 @@ def _in_scope(rule: AlertRule, found: list[Hit], names: FleetNames) -> list[Hit]
         raise PatternError(f"hostname_glob {exc}") from None
     try:
         if rule.label_matchers:
-            found = [h for h in found if matches(rule.label_matchers, names.scope_labels(h))]
+            compiled = compile_matchers(rule.label_matchers)  # once per rule, not per target
+            found = [h for h in found if matches_all(compiled, names.scope_labels(h))]
     except PatternError as exc:
         raise PatternError(f"label_matchers: a value {exc}") from None
     return found

@@ -7,7 +7,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from controlplane.alerts import patterns
+from controlplane.alerts import silences as silence_module
 from controlplane.alerts.models import Silence
+from tests.alerts.delivery.helpers import fire
+from tests.alerts.test_silence_bounds import PATTERNS, many_pattern_silences
 
 URL = "/api/v1/silences/"
 
@@ -130,3 +134,69 @@ def test_a_silence_is_not_edited_in_place(api):
     assert api.put(f"{URL}{silence_id}/", body(), format="json").status_code == 405
     assert api.patch(f"{URL}{silence_id}/", {"comment": "x"}, format="json").status_code == 405
     assert api.delete(f"{URL}{silence_id}/").status_code == 405
+
+
+def regexes(count: int, width: int = 10) -> list[dict[str, str]]:
+    return [{"label": "host", "op": "=~", "value": f"{k:0{width}d}|gpu-.*"}
+            for k in range(count)]
+
+
+def test_a_silence_has_at_most_the_maximum_matchers(api):
+    assert api.post(URL, body(matchers=regexes(32)), format="json").status_code == 201
+    response = api.post(URL, body(matchers=regexes(33)), format="json")
+    assert response.status_code == 400
+    assert response.json()["matchers"] == [
+        "a silence has at most 32 matchers (PITWALL_ALERT_SILENCE_MAX_MATCHERS); this one "
+        "has 33"]
+    assert Silence.objects.count() == 1
+
+
+def test_the_active_silences_are_bounded_and_an_expired_one_frees_its_place(api, settings):
+    settings.PITWALL = {**settings.PITWALL, "ALERT_SILENCES_MAX_ACTIVE": 2}
+    first = api.post(URL, body(), format="json").json()["id"]
+    assert api.post(URL, body(starts_at=later(1), ends_at=later(2)),  # pending counts
+                    format="json").status_code == 201
+    response = api.post(URL, body(), format="json")
+    assert response.status_code == 400
+    assert "PITWALL_ALERT_SILENCES_MAX_ACTIVE = 2" in response.json()["non_field_errors"][0]
+    assert Silence.objects.count() == 2
+
+    assert api.post(f"{URL}{first}/expire/").status_code == 200
+    assert api.post(URL, body(), format="json").status_code == 201
+
+
+def test_the_regex_bytes_of_the_active_silences_are_bounded(api, settings):
+    settings.PITWALL = {**settings.PITWALL, "ALERT_SILENCES_MAX_PATTERN_BYTES": 1024}
+    # 600 bytes of regexes each (10 of 60); = matchers compile nothing and do not count
+    six_hundred = regexes(10, width=53)
+    assert len("".join(m["value"] for m in six_hundred)) == 600
+    assert api.post(URL, body(matchers=[*six_hundred, {"label": "host", "value": "x" * 900}]),
+                    format="json").status_code == 201
+    response = api.post(URL, body(matchers=six_hundred), format="json")
+    assert response.status_code == 400
+    assert response.json()["matchers"] == [
+        "the active and pending silences hold 600 bytes of regexes and this one 600; at most "
+        "1024 in all (PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES)"]
+    response = api.post(URL, body(matchers=regexes(20, width=53)), format="json")
+    assert response.status_code == 400
+    assert "this silence are 1200 bytes" in response.json()["matchers"][0]
+    assert Silence.objects.count() == 1
+
+
+def test_the_alert_list_compiles_each_silence_once_whatever_the_number_of_alerts(db, api):
+    # More distinct patterns (140 x 31) than patterns.py's cache holds: matched alert by
+    # alert, the list compiled all of them again for each alert (9.7 s with 2 alerts).
+    many_pattern_silences()
+    Silence.objects.update(ends_at=timezone.now() + timedelta(hours=1))
+    for n in range(3):
+        fire("KVCacheFull", f"gpu-{n:02d}")
+    patterns._compile.cache_clear()
+    silence_module.COMPILED.clear()
+    try:
+        response = api.get("/api/v1/alerts/")
+        assert response.status_code == 200
+        assert [a["silenced_by"] for a in response.json()["results"]] == [[], [], []]
+        assert patterns._compile.cache_info().misses == PATTERNS
+    finally:
+        patterns._compile.cache_clear()
+        silence_module.COMPILED.clear()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from django.core.exceptions import ValidationError
 
+from controlplane.alerts.compiled import Compiled, compile_matchers, matches_all
 from controlplane.alerts.delivery.models import Channel, Route
 from controlplane.alerts.models import Severity
-from controlplane.alerts.silences import matches, validate_matchers
+from controlplane.alerts.patterns import PatternError
+from controlplane.alerts.silences import validate_matchers
 
 
 def validate_route(route: Route) -> None:
@@ -47,8 +50,16 @@ class Plan:
         severities = self.route.severities or []
         if severities and labels.get("severity") not in severities:
             return False
-        # a stored regex RE2 refuses: the route takes nothing (the default route may)
-        return matches(self.route.matchers or [], labels, on_refused=False)
+        return self.compiled is not None and matches_all(self.compiled, labels)
+
+    @cached_property
+    def compiled(self) -> Compiled | None:
+        """The route's matchers, compiled once per pass (not once per alert); None: a stored
+        regex RE2 refuses, so the route takes nothing (the default route may)."""
+        try:
+            return compile_matchers((self.route.matchers or []) if self.route else [])
+        except PatternError:
+            return None
 
     def group_labels(self, labels: dict[str, str]) -> dict[str, str]:
         return {name: str(labels.get(name, "")) for name in self.group_by}
