@@ -17,6 +17,8 @@ A deployment is code execution on a GPU host, so (docs/security.md):
 - a config that loads code (an argument marked ``loads_code``, a loader variable) is written
   only by holders of ``fleet.deploy_code``, but for changes that cannot change which code
   runs (``NEUTRAL_FIELDS`` and numeric, switch and choice arguments);
+- so is a variable that routes credentials (``env_routes``: ``HF_ENDPOINT``, proxies, CA
+  bundles ...), set or changed; anyone who may write may remove one;
 - env values are write-only: every reader sees ``REDACTED``, revisions keep only the redacted
   form (a revert keeps the values the deployment holds), a write that sends ``REDACTED`` back
   for a key keeps its stored value, and only the host's agent gets the values
@@ -37,6 +39,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents import vllm_args
+from controlplane.fleet import env_routes
 from controlplane.fleet.models import (
     Deployment,
     DeploymentRevision,
@@ -277,6 +280,10 @@ def _keyed_problems(field: str, old, new, loading: list[str], what: str) -> list
         if key in loading:
             kind = "loads code it names" if field == "args" else "is a loader variable"
             problems.append(f"{key}: {kind}; setting it needs the permission {DEPLOY_CODE}")
+        elif field == "env" and key in new and env_routes.routes_credentials(key):
+            problems.append(f"{key}: decides where the deployment's credentials are sent or "
+                            f"whom its TLS trusts; setting it needs the permission "
+                            f"{DEPLOY_CODE} (removing it does not)")
         elif what and not (field == "args" and _neutral_arg(key)) and not _dropped_loader(
                 field, key, new):
             problems.append(f"{key}: this deployment loads code ({what}): changing it needs "

@@ -66,7 +66,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         f"Extra environment variables. Values are write-only: every reader gets "
         f"{deployments.REDACTED!r} for each, and a write that sends {deployments.REDACTED!r} "
         f"for a variable keeps the value it holds. Loader variables (LD_PRELOAD, PYTHONPATH "
-        f"...) are refused unless the control plane allows them"))
+        f"...) are refused unless the control plane allows them; variables that decide where "
+        f"credentials are sent (HF_ENDPOINT, HTTPS_PROXY, REQUESTS_CA_BUNDLE ...) need "
+        f"fleet.deploy_code to set or change"))
     vllm_version = serializers.CharField(
         max_length=32, required=False, default=vllm_args.DEFAULT_VERSION,
         help_text=f"The vLLM release on the host; known: {', '.join(vllm_args.KNOWN_VERSIONS)}")
