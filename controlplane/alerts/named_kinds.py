@@ -25,9 +25,16 @@ from controlplane.alerts.windows.needs import Needs
 Statement = tuple[str, dict[str, object]]
 # vLLM's default when an engine's config does not say (the flag was not given): the catalog's.
 DEFAULT_GPU_MEMORY_UTILIZATION = serve_default("gpu_memory_utilization")
+# An engine's share as it reported it, where it is one vLLM accepts (0 < share <= 1), else the
+# default. The pattern bounds the digits, so the cast can neither overflow nor underflow (a
+# 400-digit value once failed the rule for every host), and the range is checked in a CASE of
+# its own: PostgreSQL evaluates a CASE's branches in order, an AND's operands in any order.
+_REPORTED_SHARE = "(e.config->>'gpu_memory_utilization')"
 _SHARE = (
-    "CASE WHEN e.config->>'gpu_memory_utilization' ~ '^[0-9]*\\.?[0-9]+$' "
-    "THEN (e.config->>'gpu_memory_utilization')::float8 ELSE %(default_share)s END")
+    f"CASE WHEN {_REPORTED_SHARE} ~ '^(0?\\.[0-9]{{1,20}}|[01](\\.[0-9]{{0,20}})?)$' "
+    f"THEN CASE WHEN {_REPORTED_SHARE}::float8 > 0 AND {_REPORTED_SHARE}::float8 <= 1 "
+    f"THEN {_REPORTED_SHARE}::float8 ELSE %(default_share)s END "
+    "ELSE %(default_share)s END")
 # The GPUs an engine runs on: its reported gpu_uuids, on its own host.
 _ENGINE_GPUS = "JOIN fleet_gpu g ON g.host_id = e.host_id AND g.present AND e.gpu_uuids ? g.uuid"
 AVG = ("n", "sum")
