@@ -162,6 +162,9 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "controlplane.audit.actor.client_address"
 AXES_VERBOSE = False
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Only passwords are counted: a refused single sign-on (no password) counted as a failure of
+# no user from its address, and five of them locked everyone behind that address out of it.
+AXES_WHITELIST_CALLABLE = "controlplane.accounts.sso.policy.not_a_password_attempt"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "web:fleet"
 LOGOUT_REDIRECT_URL = "login"
@@ -363,6 +366,10 @@ PITWALL = {
     # ingest process re-reads which groups browsers watch this often (docs/live.md).
     "LIVE_FLEET_INTERVAL_MS": envint("PITWALL_LIVE_FLEET_INTERVAL_MS", 1000, minimum=0),
     "LIVE_INTEREST_REFRESH_MS": envint("PITWALL_LIVE_INTEREST_REFRESH_MS", 1000, minimum=10),
+    # A live socket re-checks its session and its user's fleet.view_host at every ping and,
+    # when the last check is older than this, before forwarding an event (a client that stops
+    # pinging after losing its role is closed all the same).
+    "LIVE_RECHECK_S": envint("PITWALL_LIVE_RECHECK_S", 20, minimum=0),
     # The fleet exposition (/api/v1/export/prometheus, docs/prometheus.md) with
     # histograms=window: each engine latency histogram sums the raw bucket deltas of this many
     # recent seconds (a scrape may ask for 5-300 with ?histogram_window_s=); about the scrape
@@ -388,13 +395,6 @@ PITWALL = {
     "ALERT_DELIVERY_LEASE_S": envint("PITWALL_ALERT_DELIVERY_LEASE_S", 0, minimum=0),
     # A silence lasts at most this many days after it starts (longer: a 400 naming ends_at).
     "ALERT_SILENCE_MAX_DAYS": envint("PITWALL_ALERT_SILENCE_MAX_DAYS", 90, minimum=1),
-    # Every active silence is matched against every alert of the alert list and of each
-    # notification pass: matchers per silence, silences active or pending, and the regex bytes
-    # they hold in all are bounded (over: a 400 naming the setting; docs/security.md).
-    "ALERT_SILENCE_MAX_MATCHERS": envint("PITWALL_ALERT_SILENCE_MAX_MATCHERS", 32, minimum=1),
-    "ALERT_SILENCES_MAX_ACTIVE": envint("PITWALL_ALERT_SILENCES_MAX_ACTIVE", 500, minimum=1),
-    "ALERT_SILENCES_MAX_PATTERN_BYTES": envint("PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES",
-                                               65536, minimum=1024),
     # Every active silence is matched against every alert of the alert list and of each
     # notification pass: matchers per silence, silences active or pending, and the regex bytes
     # they hold in all are bounded (over: a 400 naming the setting; docs/security.md).

@@ -214,3 +214,13 @@ def test_without_single_sign_on_there_is_no_button_and_its_routes_are_404(db, se
     assert "Sign in with" not in client.get("/accounts/login/").content.decode()
     assert client.get("/oidc/authenticate/").status_code == 404
     assert client.get("/oidc/callback/?code=x&state=y").status_code == 404
+
+
+def test_refused_single_sign_ons_never_lock_an_address_out(db, sso):
+    """Counted as password failures of no user, five refused callbacks locked everyone behind
+    their address out of single sign-on for PITWALL_LOGIN_COOLOFF_MINUTES."""
+    for _ in range(3 * sso.AXES_FAILURE_LIMIT):
+        request = RequestFactory().get("/oidc/callback/?code=c&state=s")
+        assert authenticate(request, nonce="n", code_verifier="v") is None
+        assert not getattr(request, "axes_locked_out", False)
+    assert not AccessAttempt.objects.exists()

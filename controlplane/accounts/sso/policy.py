@@ -23,3 +23,9 @@ def password_refusal(username: str | None) -> str | None:
         return None
     return (f"Password sign-in is turned off for this account: sign in with "
             f"{config['PROVIDER_NAME']}.")
+
+
+def not_a_password_attempt(request, credentials: dict | None) -> bool:
+    """For django-axes: the login throttle is for password guesses only. A single sign-on
+    callback carries no password; the provider throttles its own sign-in."""
+    return (credentials or {}).get("password") is None
