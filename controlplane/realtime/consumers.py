@@ -2,7 +2,9 @@
 
 Protocol in docs/live.md. Events arrive already serialised (channel_layer.py) and are
 forwarded as they are. A socket whose session ended or whose user was deactivated is closed
-at its next ping (every 20 s).
+with 4401, one whose user lost fleet.view_host (their role removed) with 4403: checked at every
+ping and subscribe, and before forwarding an event when the last check is older than
+``PITWALL_LIVE_RECHECK_S`` (20), so that a client that stops pinging is still re-checked.
 
 Redis (the channel layer) down: every socket's own receive on the layer fails at once, and
 the socket is closed with 1013 (try again later) so that the page shows "reconnecting…" and
@@ -40,6 +42,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         super().__init__(*args, **kwargs)
         self.watching: dict[str, str] = {}  # client group name -> channel-layer group
         self.allowed = False
+        self.checked_at = 0.0  # time.monotonic() of the last check of the user's rights
 
     async def __call__(self, scope, receive, send) -> None:
         """Channels' loop, which ends with the channel layer's error when Redis goes away
@@ -62,6 +65,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
         else:
             self.allowed = True
+            self.checked_at = time.monotonic()
             LIVE_CLIENTS.inc()
 
     async def disconnect(self, code: int) -> None:
@@ -91,6 +95,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_TRY_AGAIN)
 
     async def _subscribe(self, names: object) -> None:
+        if not await self._still_allowed():
+            return
         if not isinstance(names, list):
             await self._reply({"type": "error", "error": "groups must be a list"})
             return
@@ -105,15 +111,28 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self._reply({"type": "subscribed", "groups": list(accepted), "denied": denied})
 
     async def _ping(self) -> None:
-        if not await _still_signed_in(self.scope):
-            await self.close(code=CLOSE_SIGNED_OUT)
+        if not await self._still_allowed():
             return
         await interest.touch(set(self.watching.values()))
         await self._reply({"type": "pong", "server_time": time.time()})
 
     async def live_event(self, message: dict) -> None:
         """An event from publish(), for a group this socket joined."""
+        due = time.monotonic() - self.checked_at >= settings.PITWALL["LIVE_RECHECK_S"]
+        if not self.allowed or (due and not await self._still_allowed()):
+            return
         await self.send(text_data=message["text"])
+
+    async def _still_allowed(self) -> bool:
+        """Re-read the session and the user's rights; close the socket when they are gone."""
+        refusal = await _refusal(self.scope)
+        self.checked_at = time.monotonic()
+        if refusal is None:
+            return True
+        self.allowed = False  # no event slips out between this close and the disconnect
+        LIVE_CLIENTS.dec()
+        await self.close(code=refusal)
+        return False
 
     async def _reply(self, message: Reply) -> None:
         await self.send(text_data=encode(message))
@@ -125,10 +144,15 @@ def _may_read_fleet(user) -> bool:
 
 
 @database_sync_to_async
-def _still_signed_in(scope: dict) -> bool:
-    """The session still exists, still names this user, and the user is still active."""
+def _refusal(scope: dict) -> int | None:
+    """None while the session still exists and names this user, the user is active and still
+    reads the fleet; else the close code that says which is gone."""
     user, key = scope["user"], scope["session"].session_key
     store = import_module(settings.SESSION_ENGINE).SessionStore(key)
     if str(store.load().get(SESSION_KEY)) != str(user.pk):
-        return False
-    return get_user_model()._default_manager.filter(pk=user.pk, is_active=True).exists()
+        return CLOSE_SIGNED_OUT
+    # A fresh row: the scope's user caches the permissions it had at the handshake.
+    current = get_user_model()._default_manager.filter(pk=user.pk, is_active=True).first()
+    if current is None:
+        return CLOSE_SIGNED_OUT
+    return None if current.has_perm("fleet.view_host") else CLOSE_FORBIDDEN
