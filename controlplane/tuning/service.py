@@ -16,6 +16,7 @@ look.
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +35,8 @@ from controlplane.tuning.fragments import as_report
 from controlplane.tuning.metrics import PASS_SECONDS
 from controlplane.tuning.models import DECIDED, Kind, State, Suggestion
 
+log = logging.getLogger(__name__)
+
 WORSE = 1.5
 LOCK_KEY = 0x50_54_55_4E  # "PTUN": one tuning pass at a time across the cluster
 
@@ -46,6 +49,8 @@ class PassResult:
     created: list[int] = field(default_factory=list)
     refreshed: int = 0
     cleared: int = 0
+    # servers whose diagnosis failed (logged with their name): the pass went on without them
+    failed: list[str] = field(default_factory=list)
 
 
 def locked_pass(now: datetime | None = None) -> PassResult | None:
@@ -82,11 +87,35 @@ def tuning_pass(now: datetime | None = None) -> PassResult:
     result = PassResult(len(everyone), len(steady), len(servers) - len(steady))
     known = _suggestions_of(servers, short)
     for server in servers:
-        found = _findings(short[server.key], long.get(server.key))
-        if found or any(s.state == State.OPEN for s in known.get(server.key, ())):
-            record(short[server.key], found, known.get(server.key, []), result, timezone.now())
+        _diagnose_one(server, short[server.key], long.get(server.key),
+                      known.get(server.key, []), result)
     result.cleared += _clear_gone([first.id for _, first in foreign], timezone.now())
     return result
+
+
+def _diagnose_one(server: Server, facts: Facts, idle_facts: Facts | None,
+                  mine: list[Suggestion], result: PassResult) -> None:
+    """Diagnose and record one server. Its facts come from what its agent reported, stored as
+    sent: a value no diagnosis expects must cost that server its diagnosis, not the pass for
+    the others. Its writes are undone (a savepoint), the failure is logged and counted."""
+    before = (len(result.created), result.refreshed, result.cleared)
+    try:
+        with transaction.atomic():
+            found = _findings(facts, idle_facts)
+            if found or any(s.state == State.OPEN for s in mine):
+                record(facts, found, mine, result, timezone.now())
+    except Exception:  # whatever one server's data raises: logged in full, with the server
+        del result.created[before[0]:]  # rolled back with the savepoint
+        result.refreshed, result.cleared = before[1:]
+        name = _server_name(server, facts)
+        log.exception("tuning pass: %s failed and was left out of this pass", name)
+        result.failed.append(name)
+
+
+def _server_name(server: Server, facts: Facts) -> str:
+    where = f"{facts.host.hostname}:{server.port}"
+    return f"deployment {server.deployment.name} on {where}" if server.deployment else (
+        f"engine at {where}")
 
 
 def _findings(facts: Facts, idle_facts: Facts | None) -> list[Finding]:

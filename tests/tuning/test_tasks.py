@@ -31,7 +31,7 @@ def test_the_tasks_run_a_pass_and_a_follow_up():
     before = passes_timed()
     assert diagnose_deployments.apply().get() == {
         "deployments": 0, "diagnosed": 0, "engines": 0, "created": [], "refreshed": 0,
-        "cleared": 0}
+        "cleared": 0, "failed": []}
     assert follow_up_suggestions.apply().get() == {"applied": 0, "verified": 0}
     assert passes_timed() == before + 1  # /metrics's pitwall_tuning_pass_seconds
 
