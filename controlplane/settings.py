@@ -405,6 +405,8 @@ PITWALL = {
     # Each statement of a rule preview or a series read is cancelled after this many seconds
     # (503 that says so): a user's query must not hold a connection for everyone.
     "QUERY_TIMEOUT_S": envint("PITWALL_QUERY_TIMEOUT_S", 5, minimum=1),
+    # entity= values one series read may name (each is looked up): over, a 400 naming it.
+    "SERIES_MAX_ENTITIES": envint("PITWALL_SERIES_MAX_ENTITIES", 100, minimum=1),
     # /metrics (docs/prometheus.md) answers a scraper on loopback, or a user API token with
     # read rights; on, it answers anyone who reaches it (a trusted private network only).
     "METRICS_OPEN": envbool("PITWALL_METRICS_OPEN", False),
