@@ -84,25 +84,28 @@ def test_a_request_is_shed_while_the_writer_holds_more_rows_than_allowed(ingest,
 
 
 def test_a_request_is_shed_while_too_many_are_in_flight(ingest, host_token):
-    app = ingest.app
+    """In flight: requests whose bodies arrived (here held by the writer); bodies that are
+    still arriving have their own bound (test_ingest_slow_bodies.py)."""
+    app, writer = ingest.app, ingest.app.writer
+    writer.flush_s, writer.flush_rows = 30, 10**9  # the writer holds what it gets
     app.max_in_flight = 2
     shed_before = shed_count("requests")
 
     async def scenario() -> tuple[list[Request], Request]:
-        slow_bodies = asyncio.Event()  # two clients whose bodies have not arrived yet
-        slow = [asyncio.ensure_future(Request(batch(seq=seq), host_token, slow_bodies)
-                                      .send_to(app)) for seq in (1, 2)]
-        await await_until(lambda: app.in_flight == 2, "the slow requests never started", 30)
+        held = [asyncio.ensure_future(Request(batch(seq=seq), host_token).send_to(app))
+                for seq in (1, 2)]
+        await await_until(lambda: app.in_flight == 2, "the requests never got in flight", 30)
         shed = await Request(batch(seq=3), host_token).send_to(app)
-        slow_bodies.set()
-        return list(await asyncio.gather(*slow)), shed
+        writer.flush_s = 0
+        writer._full.set()  # release the held batches: they are stored
+        return list(await asyncio.gather(*held)), shed
 
-    slow, shed = ingest.run(scenario())
+    held, shed = ingest.run(scenario())
     assert_shed(shed, "requests", app.retry_after_s)
     assert shed_count("requests") == shed_before + 1
-    assert [r.status for r in slow] == [200, 200]
+    assert [r.status for r in held] == [200, 200]
     assert app.in_flight == 0  # every request handled let go of its place
-    assert stored_rows()["host"] == 2  # the slow ones' samples; nothing of the shed one
+    assert stored_rows()["host"] == 2  # the held ones' samples; nothing of the shed one
 
 
 def test_requests_within_the_limits_are_not_shed(ingest, host_token):

@@ -52,6 +52,7 @@ def test_a_replayed_batch_is_acknowledged_and_stored_once(ingest, host_token):
 
 def test_concurrent_copies_of_one_batch_are_stored_once(ingest, host_token):
     body = batch(seq=7)
+    ingest.app.admission.max_per_host = 5  # all five copies at once, past the default places
 
     async def race():
         return await asyncio.gather(*(ingest.apost(body, host_token) for _ in range(5)))

@@ -8,6 +8,9 @@ rows, while INGEST_MAX_REQUESTS_IN_FLIGHT requests are being handled, or while t
 stuck on a database that does not answer, is answered 503 with Retry-After at once, before its
 body is read: reading and parsing bodies is where the CPU and the memory go, so a backlog
 costs neither. The agent spools the batch and sends it again later (docs/protocol.md).
+Only requests whose bodies have arrived count as in flight: bodies still arriving have their
+own bound, a deadline, and a limit per host (admission.py), so one token's slow bodies cannot
+take every place.
 What else is fed the committed rows (the live publisher) is attached where the application is
 assembled (``IngestApp.listen``, controlplane/asgi.py): telemetry knows no layer above it.
 """
@@ -17,7 +20,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-import zlib
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -29,6 +31,8 @@ from django.db import DatabaseError, connections
 from agents.protocol import PROTOCOLS_HEADER
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest import columns, metrics, trace
+from controlplane.telemetry.ingest.admission import Admission
+from controlplane.telemetry.ingest.body import BodyLimits, read_body
 from controlplane.telemetry.ingest.copy import dsn_from_settings
 from controlplane.telemetry.ingest.credentials import TokenRefused
 from controlplane.telemetry.ingest.errors import BadRequest
@@ -51,6 +55,7 @@ JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-
 SHED_REASONS = {
     "queue": "overloaded: too many rows wait for the database",
     "requests": "overloaded: too many requests in progress",
+    "reading": "overloaded: too many request bodies arriving",
     "stalled": "overloaded: the database is not answering",
 }
 
@@ -66,14 +71,26 @@ class CommitListener(Protocol):
     async def stop(self) -> None: ...
 
 
+class Shed(Exception):
+    """Shed after the door (a SHED_REASONS key): answered like a shed at the door."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class IngestApp:
     def __init__(self) -> None:
         conf = settings.PITWALL
-        self.max_body = conf["INGEST_MAX_BODY_BYTES"]
+        self.body_limits = BodyLimits(conf["INGEST_MAX_BODY_BYTES"],
+                                      conf["INGEST_BODY_TIMEOUT_S"],
+                                      conf["INGEST_JSON_BYTES_PER_CONTAINER"])
         self.retry_after_s = conf["INGEST_RETRY_AFTER_S"]  # a 503's Retry-After
         self.max_queued_rows = conf["INGEST_MAX_QUEUED_ROWS"]
         self.max_in_flight = conf["INGEST_MAX_REQUESTS_IN_FLIGHT"]
-        self.in_flight = 0  # requests past the door, not answered yet
+        self.in_flight = 0  # requests whose bodies arrived, not answered yet
+        self.admission = Admission(conf["INGEST_MAX_REQUESTS_PER_HOST"],
+                                   conf["INGEST_MAX_BODIES_READING"])
         self.writer = Writer(
             dsn_from_settings(connections.databases["default"]),
             conf["INGEST_FLUSH_ROWS"], conf["INGEST_FLUSH_MS"], conf["INGEST_FLUSH_TIMEOUT_S"])
@@ -83,6 +100,10 @@ class IngestApp:
         self.started = False
         self.trace = trace.from_environment()
         self.writer.trace = self.trace
+
+    @property
+    def max_body(self) -> int:
+        return self.body_limits.max_bytes
 
     def listen(self, listener: CommitListener) -> None:
         """Feed ``listener`` the batches each flush committed (the writer's after-commit hook)
@@ -124,11 +145,7 @@ class IngestApp:
         if shed is not None:
             await self._shed(send, shed)
             return
-        self.in_flight += 1
-        try:
-            await self._answer(scope, receive, send)
-        finally:
-            self.in_flight -= 1
+        await self._answer(scope, receive, send)
 
     def _shed_reason(self) -> str | None:
         """Why a request is refused at the door (a SHED_REASONS key), or None."""
@@ -141,7 +158,8 @@ class IngestApp:
         return None
 
     async def _shed(self, send, reason: str) -> None:
-        """503 + Retry-After, the body unread (the server discards it): nothing is stored."""
+        """503 + Retry-After (a shed at the door leaves the body unread: the server discards
+        it): nothing is stored."""
         metrics.count_shed(reason)
         self.writer.hurry()
         await _reply(send, 503, {
@@ -155,11 +173,16 @@ class IngestApp:
         extra: list[tuple[bytes, bytes]] = []
         try:
             status, body = 200, await self._handle(scope, receive, steps, batches)
+        except Shed as exc:
+            await self._shed(send, exc.reason)
+            return
         except BadRequest as exc:
             # ``reason`` (clock, retention, invalid, ...) lets an agent tell a batch it must
             # drop from one that a later clock will accept (docs/protocol.md).
             status, body = exc.status, {"error": exc.message, "field": exc.field,
                                         "reason": exc.reason}
+            if status == 429:  # the host's other requests end soon: the agent waits, resends
+                extra = [(b"retry-after", str(self.retry_after_s).encode())]
             metrics.count_refused(exc.reason, batches[0])
         except (StorageUnavailable, DatabaseError) as exc:
             status, body = 503, _unavailable(exc)
@@ -174,7 +197,22 @@ class IngestApp:
         headers = dict(scope["headers"])
         credential = await self.registry.authenticate(headers.get(b"authorization"))
         host_id, token_id = credential.host_id, credential.token_id
-        raw = await self._read_body(headers, receive)
+        with self.admission.host(host_id):
+            if self.admission.reading_full():
+                raise Shed("reading")
+            with self.admission.body():
+                raw = await read_body(headers, receive, self.body_limits)
+            if self.in_flight >= self.max_in_flight:
+                raise Shed("requests")
+            self.in_flight += 1
+            try:
+                return await self._process(raw, host_id, token_id, steps, batches)
+            finally:
+                self.in_flight -= 1
+
+    async def _process(self, raw: bytes, host_id: int, token_id: int,
+                       steps: list[float] | None, batches: list[int] | None) -> dict:
+        """A body that has arrived: parsed, checked, placed, written; the reply's body."""
         if steps is not None:
             steps.append(time.monotonic())
         parsed = columns.parse(raw)  # protocol 2; None: a v1 body
@@ -248,31 +286,6 @@ class IngestApp:
                         f"retention ({days} days): it would never be kept; check the agent's "
                         f"clock (NTP)", batch.ts_field(i), reason="retention")
 
-    async def _read_body(self, headers: dict, receive) -> bytes:
-        ctype = headers.get(b"content-type", b"application/json").split(b";")[0].strip()
-        if ctype != b"application/json":
-            raise BadRequest("Content-Type must be application/json", status=415)
-        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
-        if encoding not in (b"identity", b"gzip"):
-            raise BadRequest("Content-Encoding must be gzip or absent", status=415)
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            raise BadRequest(f"the body is over the {self.max_body}-byte limit", status=413)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise BadRequest("the client went away", status=400)
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                raise BadRequest(f"the body is over the {self.max_body}-byte limit", status=413)
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
-        raw = b"".join(chunks)
-        return _gunzip(raw, self.max_body) if encoding == b"gzip" else raw
-
 
 def _unavailable(exc: Exception) -> dict:
     """The 503's body: retry later, and an id to find the details in the server's log.
@@ -300,17 +313,6 @@ def _tune_gc() -> None:
     """
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-
-
-def _gunzip(raw: bytes, limit: int) -> bytes:
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(raw, limit + 1)
-    except zlib.error as exc:
-        raise BadRequest(f"the gzip body is corrupt: {exc}") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise BadRequest(f"the decompressed body is over the {limit}-byte limit", status=413)
-    return out
 
 
 async def _reply(send, status: int, body: dict, extra: list | None = None) -> None:

@@ -315,7 +315,7 @@ def _slow_path(raw: bytes, exc: msgspec.ValidationError) -> Parsed | None:
 def _drop_unknown(body: dict) -> set[str]:
     ignored: set[str] = set()
     batches = body.get("batches")
-    for batch in batches if isinstance(batches, list) else [body]:
+    for i, batch in enumerate(batches if isinstance(batches, list) else [body]):
         if not isinstance(batch, dict):
             continue
         for section, struct in (("hosts", HostColumns), ("gpus", GpuColumns),
@@ -323,8 +323,9 @@ def _drop_unknown(body: dict) -> set[str]:
             columns = batch.get(section)
             if isinstance(columns, dict):
                 entity = SECTIONS[section][0]
+                path = join(f"batches[{i}]" if isinstance(batches, list) else "", section)
                 for key in [k for k in columns if k not in struct.__struct_fields__]:
-                    ignored.add(f"{entity}.{key}")
+                    validate.note_unknown(ignored, entity, key, path)
                     del columns[key]
     return ignored
 

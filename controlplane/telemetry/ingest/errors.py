@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 # A refusal's reason, as /metrics counts it (a few values: never the field, which is unbounded).
-REASONS = {401: "unauthorized", 403: "unauthorized", 413: "too_large",
-           415: "unsupported_media_type"}
+REASONS = {401: "unauthorized", 403: "unauthorized", 408: "timeout", 413: "too_large",
+           415: "unsupported_media_type", 429: "too_many_requests"}
 
 
 class BadRequest(Exception):

@@ -20,16 +20,18 @@ BATCHES = Counter(
     "stored; refused; unavailable: not stored, the agent retries)", ["outcome"])
 REFUSED = Counter(
     "pitwall_ingest_refused_batches", "Batches refused, by reason (invalid, clock, retention, "
-    "unauthorized, too_large, unsupported_media_type)", ["reason"])
+    "unauthorized, too_large, unsupported_media_type, timeout: the body did not arrive in "
+    "time, too_many_requests: the host had too many in progress)", ["reason"])
 ROWS = Counter("pitwall_ingest_rows", "Sample rows stored, by entity", ["entity"])
 VALUES = Counter(
     "pitwall_ingest_values", "Values stored: the present value columns of the rows (a "
     "histogram is three: its layout, counts and sum)")
 SHED = Counter(
-    "pitwall_ingest_shed_requests", "Requests answered 503 at once, their body unread (also "
-    "counted as unavailable requests), by reason: queue (more than INGEST_MAX_QUEUED_ROWS rows "
-    "wait for the writer), requests (INGEST_MAX_REQUESTS_IN_FLIGHT in progress), stalled (the "
-    "database stopped answering)", ["reason"])
+    "pitwall_ingest_shed_requests", "Requests answered 503 at once, before their body was parsed "
+    "(also counted as unavailable requests), by reason: queue (more than "
+    "INGEST_MAX_QUEUED_ROWS rows wait for the writer), requests (INGEST_MAX_REQUESTS_IN_FLIGHT "
+    "in progress), reading (INGEST_MAX_BODIES_READING bodies arriving), stalled (the database "
+    "stopped answering)", ["reason"])
 SPOOL_REPLAYS = Counter(
     "pitwall_ingest_spool_replays", "Requests that replayed several batches from an agent's "
     "spool")

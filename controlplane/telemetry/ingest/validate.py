@@ -29,6 +29,10 @@ MAX_BATCHES = 2000
 MAX_SAMPLES = 10000
 MAX_ENTITIES = 4096  # per kind per sample
 MAX_BUCKETS = 256
+# Unknown metric names a request may carry (a newer agent's few new metrics, listed in the
+# reply's "ignored"): hundreds of thousands would cost the server seconds and echo megabytes.
+MAX_UNKNOWN_NAMES = 256
+MAX_NAME_LENGTH = 100
 
 
 @dataclass
@@ -245,7 +249,7 @@ def _metrics(item: dict, keys: dict[str, Metric], path: str, ignored: set[str], 
             if key in extra:
                 _extra(key, value, join(path, key))
             else:
-                ignored.add(f"{entity}.{key}")
+                note_unknown(ignored, entity, key, path)
             continue
         if rule.shape == SCALAR:
             kind = type(value)
@@ -256,6 +260,17 @@ def _metrics(item: dict, keys: dict[str, Metric], path: str, ignored: set[str], 
             _array(value, rule, join(path, key))
         else:
             _histogram(value, rule.metric, join(path, key))
+
+
+def note_unknown(ignored: set[str], entity: str, key: str, path: str) -> None:
+    """Adds ``entity.key`` to the names a reply lists as ignored, within bounds."""
+    if len(key) > MAX_NAME_LENGTH:
+        raise BadRequest(f"{key[:40]!r}... is not a metric name (over {MAX_NAME_LENGTH} "
+                         "characters)", join(path, key[:40]))
+    ignored.add(f"{entity}.{key}")
+    if len(ignored) > MAX_UNKNOWN_NAMES:
+        raise BadRequest(f"more than {MAX_UNKNOWN_NAMES} unknown metric names in one request "
+                         "(an agent sends the catalog's names)", path)
 
 
 def _array(value: object, rule: _Rule, path: str) -> None:
