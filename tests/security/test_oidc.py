@@ -11,6 +11,7 @@ from django.contrib.auth import authenticate, get_user_model
 from django.test import Client, RequestFactory
 
 from controlplane.accounts.roles import role_of
+from controlplane.accounts.sso.backends import _check_id_token
 from controlplane.accounts.sso.identities import Refused, user_for_claims
 from controlplane.accounts.sso.mapping import (
     groups_from_claim,
@@ -224,3 +225,23 @@ def test_refused_single_sign_ons_never_lock_an_address_out(db, sso):
         assert authenticate(request, nonce="n", code_verifier="v") is None
         assert not getattr(request, "axes_locked_out", False)
     assert not AccessAttempt.objects.exists()
+
+
+# What the library leaves unchecked in the ID token.
+
+GOOD_TOKEN = {"iss": ISSUER, "aud": "pitwall", "sub": "s-1", "exp": 2_000_000_000}
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"iss": "https://evil.example.test"}, "the ID token is from 'https://evil.example.test'"),
+    ({"aud": "another-app"}, "not meant for Pitwall"),
+    ({"aud": ["another-app", "pitwall"]}, "not meant for Pitwall"),  # several: azp must say us
+    ({"exp": None}, "no expiry"),
+])
+def test_an_id_token_from_another_issuer_or_for_another_client_is_refused(changes, message):
+    token = {key: value for key, value in {**GOOD_TOKEN, **changes}.items() if value is not None}
+    with pytest.raises(Refused, match=message):
+        _check_id_token(token, ISSUER, "pitwall")
+    _check_id_token(GOOD_TOKEN, ISSUER, "pitwall")
+    _check_id_token({**GOOD_TOKEN, "aud": ["other", "pitwall"], "azp": "pitwall"}, ISSUER,
+                    "pitwall")
