@@ -178,20 +178,21 @@ PITWALL_SSO = {
     "ENABLED": _OIDC,
     "LOCAL_LOGIN": envbool("PITWALL_LOCAL_LOGIN", True),
     "BREAK_GLASS_USERS": envlist("PITWALL_BREAK_GLASS_USERS", []),
-    "ISSUER": envstr("PITWALL_OIDC_ISSUER") if _OIDC else "",
+    "ISSUER": envstr("PITWALL_OIDC_ISSUER", None) if _OIDC else "",
     "PROVIDER_NAME": envstr("PITWALL_OIDC_PROVIDER_NAME", "single sign-on"),
     "USERNAME_CLAIM": envstr("PITWALL_OIDC_USERNAME_CLAIM", "preferred_username"),
     "GROUPS_CLAIM": envstr("PITWALL_OIDC_GROUPS_CLAIM", "groups"),
     "GROUP_ROLES": parse_group_roles(envstr("PITWALL_OIDC_GROUP_ROLES", "")),
 }
 if _OIDC:
+    # None: required once single sign-on is on (the process stops naming the one missing).
     AUTHENTICATION_BACKENDS.append("controlplane.accounts.sso.backends.OidcBackend")
-    OIDC_RP_CLIENT_ID = envstr("PITWALL_OIDC_CLIENT_ID")
-    OIDC_RP_CLIENT_SECRET = envsecret("PITWALL_OIDC_CLIENT_SECRET")
-    OIDC_OP_AUTHORIZATION_ENDPOINT = envstr("PITWALL_OIDC_AUTHORIZATION_URL")
-    OIDC_OP_TOKEN_ENDPOINT = envstr("PITWALL_OIDC_TOKEN_URL")
-    OIDC_OP_USER_ENDPOINT = envstr("PITWALL_OIDC_USERINFO_URL")
-    OIDC_OP_JWKS_ENDPOINT = envstr("PITWALL_OIDC_JWKS_URL")
+    OIDC_RP_CLIENT_ID = envstr("PITWALL_OIDC_CLIENT_ID", None)
+    OIDC_RP_CLIENT_SECRET = envsecret("PITWALL_OIDC_CLIENT_SECRET", None)
+    OIDC_OP_AUTHORIZATION_ENDPOINT = envstr("PITWALL_OIDC_AUTHORIZATION_URL", None)
+    OIDC_OP_TOKEN_ENDPOINT = envstr("PITWALL_OIDC_TOKEN_URL", None)
+    OIDC_OP_USER_ENDPOINT = envstr("PITWALL_OIDC_USERINFO_URL", None)
+    OIDC_OP_JWKS_ENDPOINT = envstr("PITWALL_OIDC_JWKS_URL", None)
     OIDC_RP_SIGN_ALGO = envstr("PITWALL_OIDC_SIGN_ALGO", "RS256")
     OIDC_RP_SCOPES = envstr("PITWALL_OIDC_SCOPES", "openid email profile groups")
     OIDC_USE_PKCE = True
