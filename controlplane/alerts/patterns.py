@@ -27,6 +27,14 @@ _OPTIONS.log_errors = False  # a refused pattern is the user's error, answered w
 _OPTIONS.max_mem = MAX_PROGRAM_BYTES
 
 
+def set_options(count: int):
+    """Options for an RE2 set of ``count`` patterns: each keeps its own memory budget."""
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = MAX_PROGRAM_BYTES * count
+    return options
+
+
 class PatternError(ValueError):
     """A pattern RE2 refuses, or one too long: the message says why, without the field."""
 

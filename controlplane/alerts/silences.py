@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from controlplane.alerts import patterns
 from controlplane.alerts.compiled import (
+    MIN_REGEX_BYTES,
     Compiled,
     CompiledCache,
     compile_matchers,
@@ -114,8 +115,9 @@ def check_own_bounds(matchers: list[dict[str, str]]) -> None:
             f"this one has {len(matchers)}")})
     if (size := regex_bytes(matchers)) > bytes_most:
         raise ValidationError({"matchers": (
-            f"the regexes of this silence are {size} bytes; the active silences hold at most "
-            f"{bytes_most} bytes of regexes in all (PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES)")})
+            f"the regexes of this silence count {size} bytes (each at least {MIN_REGEX_BYTES}); "
+            f"the active silences hold at most {bytes_most} bytes of regexes in all "
+            f"(PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES)")})
 
 
 def check_fleet_bounds(matchers: list[dict[str, str]], now: datetime) -> None:
@@ -132,7 +134,8 @@ def check_fleet_bounds(matchers: list[dict[str, str]], now: datetime) -> None:
     if held + (size := regex_bytes(matchers)) > bytes_most:
         raise ValidationError({"matchers": (
             f"the active and pending silences hold {held} bytes of regexes and this one "
-            f"{size}; at most {bytes_most} in all (PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES)")})
+            f"{size} (each regex counts at least {MIN_REGEX_BYTES}); at most {bytes_most} in "
+            f"all (PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES)")})
 
 
 def _days(span: timedelta) -> str:

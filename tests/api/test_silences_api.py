@@ -11,7 +11,7 @@ from controlplane.alerts import patterns
 from controlplane.alerts import silences as silence_module
 from controlplane.alerts.models import Silence
 from tests.alerts.delivery.helpers import fire
-from tests.alerts.test_silence_bounds import PATTERNS, many_pattern_silences
+from tests.alerts.test_silence_bounds import PATTERNS, ROOM_FOR_THEM, many_pattern_silences
 
 URL = "/api/v1/silences/"
 
@@ -167,25 +167,33 @@ def test_the_active_silences_are_bounded_and_an_expired_one_frees_its_place(api,
 
 def test_the_regex_bytes_of_the_active_silences_are_bounded(api, settings):
     settings.PITWALL = {**settings.PITWALL, "ALERT_SILENCES_MAX_PATTERN_BYTES": 1024}
-    # 600 bytes of regexes each (10 of 60); = matchers compile nothing and do not count
-    six_hundred = regexes(10, width=53)
-    assert len("".join(m["value"] for m in six_hundred)) == 600
-    assert api.post(URL, body(matchers=[*six_hundred, {"label": "host", "value": "x" * 900}]),
+    # 640 bytes of regexes each (10 of 64); = matchers compile nothing and do not count
+    six_forty = regexes(10, width=57)
+    assert len("".join(m["value"] for m in six_forty)) == 640
+    assert api.post(URL, body(matchers=[*six_forty, {"label": "host", "value": "x" * 900}]),
                     format="json").status_code == 201
-    response = api.post(URL, body(matchers=six_hundred), format="json")
+    response = api.post(URL, body(matchers=six_forty), format="json")
     assert response.status_code == 400
     assert response.json()["matchers"] == [
-        "the active and pending silences hold 600 bytes of regexes and this one 600; at most "
-        "1024 in all (PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES)"]
-    response = api.post(URL, body(matchers=regexes(20, width=53)), format="json")
+        "the active and pending silences hold 640 bytes of regexes and this one 640 (each "
+        "regex counts at least 64); at most 1024 in all "
+        "(PITWALL_ALERT_SILENCES_MAX_PATTERN_BYTES)"]
+    response = api.post(URL, body(matchers=regexes(20, width=57)), format="json")
     assert response.status_code == 400
-    assert "this silence are 1200 bytes" in response.json()["matchers"][0]
+    assert "this silence count 1280 bytes" in response.json()["matchers"][0]
+    # a short regex costs a match all the same: 17 of one character count 17 x 64
+    tiny = [{"label": "host", "op": "=~", "value": "g"}] * 17
+    response = api.post(URL, body(matchers=tiny), format="json")
+    assert response.status_code == 400
+    assert "this silence count 1088 bytes" in response.json()["matchers"][0]
     assert Silence.objects.count() == 1
 
 
-def test_the_alert_list_compiles_each_silence_once_whatever_the_number_of_alerts(db, api):
+def test_the_alert_list_compiles_each_silence_once_whatever_the_number_of_alerts(
+        db, api, settings):
     # More distinct patterns (140 x 31) than patterns.py's cache holds: matched alert by
     # alert, the list compiled all of them again for each alert (9.7 s with 2 alerts).
+    settings.PITWALL = {**settings.PITWALL, **ROOM_FOR_THEM}
     many_pattern_silences()
     Silence.objects.update(ends_at=timezone.now() + timedelta(hours=1))
     for n in range(3):
