@@ -4,6 +4,10 @@ A GPU belongs to the first host that reported its UUID. Another host that report
 has its whole inventory refused (403): the refusal does not name the holder (the agent, or
 whoever holds its token, must not learn other hosts' names that way), and a warning names both
 hosts in the log. A GPU that really moved is moved by an administrator with ``move_gpu``.
+
+An engine runs on GPUs of its own host: ``gpu_uuids`` keeps only the UUIDs this inventory
+lists as the host's GPUs. Another host's UUID there would put that host's GPUs on this
+engine's page and in the export's ``model=`` filter.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ def apply_inventory(host_id: int, inventory: dict, agent_version: str = "") -> H
     host = Host.objects.select_for_update().get(pk=host_id)
     now = timezone.now()
     _apply_host(host, inventory, agent_version)
-    _apply_gpus(host, inventory.get("gpus") or [], now)
-    _apply_engines(host, inventory.get("engines") or [], now)
+    gpus = inventory.get("gpus") or []
+    _apply_gpus(host, gpus, now)
+    _apply_engines(host, inventory.get("engines") or [], {g["uuid"] for g in gpus}, now)
     return host
 
 
@@ -87,19 +92,30 @@ def _apply_gpus(host: Host, gpus: list[dict], now) -> None:
     Gpu.objects.filter(host=host, uuid__in=gone, present=True).update(present=False, removed_at=now)
 
 
-def _apply_engines(host: Host, engines: list[dict], now) -> None:
+def _apply_engines(host: Host, engines: list[dict], own_gpus: set[str], now) -> None:
     existing = {e.name: e for e in Engine.objects.filter(host=host)}
     for item in engines:
         engine = existing.get(item["name"]) or Engine(host=host, name=item["name"], first_seen=now)
         engine.url = item.get("url") or ""
         engine.model = item.get("model") or ""
-        engine.gpu_uuids = item.get("gpu_uuids") or []
+        engine.gpu_uuids = _own(host, item["name"], item.get("gpu_uuids") or [], own_gpus)
         engine.config = item.get("config") or {}
         engine.simulated = bool(item.get("simulated"))
         engine.present = True
         engine.save()
     names = {e["name"] for e in engines}
     Engine.objects.filter(host=host, present=True).exclude(name__in=names).update(present=False)
+
+
+def _own(host: Host, engine: str, uuids: list[str], own_gpus: set[str]) -> list[str]:
+    """The engine's GPU UUIDs that are this host's; the others are dropped, with a warning (an
+    agent lists its engines' GPUs from its own NVML, so a foreign one is a bug or a lie)."""
+    kept = [uuid for uuid in uuids if uuid in own_gpus]
+    if len(kept) != len(uuids):
+        log.warning("host %s (id %s) listed GPUs that are not its own for engine %r: %s; "
+                    "dropped", host.hostname, host.id, engine,
+                    sorted(set(uuids) - own_gpus)[:8])
+    return kept
 
 
 @transaction.atomic

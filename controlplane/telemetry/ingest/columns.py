@@ -38,24 +38,27 @@ INT64 = (-(2**63), 2**63 - 1)
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
 
 
+Bounded = Annotated[float, Meta(ge=-validate.VALUE_LIMIT, le=validate.VALUE_LIMIT)]
+
+
 class Histogram(Struct):
-    le: Annotated[list[float], Meta(min_length=1, max_length=MAX_BUCKETS)]
+    le: Annotated[list[Bounded], Meta(min_length=1, max_length=MAX_BUCKETS)]
     counts: list[Annotated[int, Meta(ge=0, lt=2**31)]]
-    sum: float | None = None
+    sum: Bounded | None = None
 
 
 def _value_type(metric: Metric) -> Any:
     if metric.kind == "histogram":
         return Histogram
-    bounds: dict[str, float] = {}
+    # Every value is bounded: a metric without bounds of its own gets validate.VALUE_LIMIT.
+    bounds: dict[str, float] = {"ge": -validate.VALUE_LIMIT, "le": validate.VALUE_LIMIT}
+    if metric.integer:
+        bounds = {"ge": INT64[0], "le": INT64[1]}
     if metric.low is not None:
         bounds["ge"] = metric.low
     if metric.high is not None:
         bounds["le"] = metric.high
-    if metric.integer:
-        bounds.setdefault("ge", INT64[0])
-        bounds.setdefault("le", INT64[1])
-    value: Any = Annotated[int if metric.integer else float, Meta(**bounds)] if bounds else float
+    value: Any = Annotated[int if metric.integer else float, Meta(**bounds)]
     if metric.array:
         value = Annotated[list[value], Meta(max_length=MAX_ENTITIES)]
     return value
@@ -87,8 +90,8 @@ SECTIONS = {"hosts": ("host", None), "gpus": ("gpu", "uuid"), "engines": ("engin
 
 
 class SpoolReport(Struct):
-    evicted_batches: Annotated[int, Meta(ge=0)] = 0
-    evicted_samples: Annotated[int, Meta(ge=0)] = 0
+    evicted_batches: Annotated[int, Meta(ge=0, lt=validate.MAX_EVICTED)] = 0
+    evicted_samples: Annotated[int, Meta(ge=0, lt=validate.MAX_EVICTED)] = 0
 
 
 class Agent(Struct):

@@ -1,10 +1,18 @@
-"""Shape checks for the inventory an agent sends in ``host`` (docs/protocol.md)."""
+"""Shape checks for the inventory an agent sends in ``host`` (docs/protocol.md).
+
+Every number is checked against a range that fits its meaning (RANGES), as the samples' are
+against the catalog: the inventory is stored and later read by the pages, the alert rules and
+tuning, where an absurd value (a 400-digit memory size, a NUMA CPU list of lists) would fail
+them for every host. The free-form config and mig objects: config_values.py.
+"""
 
 from __future__ import annotations
 
+from controlplane.telemetry.ingest.config_values import check_config, check_values
 from controlplane.telemetry.ingest.errors import BadRequest, join
 
 MAX_ITEMS = 1024
+MAX_CPUS = 32768  # CPU numbers 0-32767, as the processes' cpu_affinity (validate.py)
 
 # field -> (type, required); "int?" allows null
 HOST_FIELDS = {
@@ -22,6 +30,15 @@ ENGINE_FIELDS = {
     "config": (dict, False), "simulated": (bool, False), "engine_index": ("int?", False),
 }
 NUMA_FIELDS = {"id": (int, True), "cpus": (list, True)}
+# Integer fields -> (lowest, highest) allowed.
+RANGES = {
+    "cpu_count": (1, MAX_CPUS),
+    "mem_total_bytes": (0, 2**60),  # 1 EiB: more than any host or GPU holds
+    "index": (0, MAX_ITEMS - 1),  # NVML's GPU index
+    "numa_node": (-1, 1023),  # -1: the kernel does not know (Linux: at most 1,024 nodes)
+    "id": (0, 1023),
+    "engine_index": (0, 65535),
+}
 NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
          dict: "an object", "int?": "an integer or null", "dict?": "an object or null"}
 
@@ -44,10 +61,26 @@ def check_inventory(inventory: object, path: str) -> None:
             if ident in seen:
                 raise BadRequest(f"{ident!r} is listed twice", ipath)
             seen.add(ident)
+    for i, node in enumerate(inventory.get("numa_nodes") or []):  # type: ignore[union-attr]
+        _cpus(node["cpus"], f"{path}.numa_nodes[{i}].cpus")
+    for i, gpu in enumerate(inventory.get("gpus") or []):  # type: ignore[union-attr]
+        if gpu.get("mig") is not None:
+            check_values(gpu["mig"], f"{path}.gpus[{i}].mig")
     for i, engine in enumerate(inventory.get("engines") or []):  # type: ignore[union-attr]
         uuids = engine.get("gpu_uuids") or []
-        if not all(isinstance(u, str) for u in uuids):
+        if len(uuids) > MAX_ITEMS or not all(isinstance(u, str) for u in uuids):
             raise BadRequest("gpu_uuids must be strings", f"{path}.engines[{i}].gpu_uuids")
+        if engine.get("config") is not None:
+            check_config(engine["config"], f"{path}.engines[{i}].config")
+
+
+def _cpus(cpus: list, path: str) -> None:
+    if len(cpus) > MAX_CPUS:
+        raise BadRequest(f"at most {MAX_CPUS} CPUs", path)
+    for j, cpu in enumerate(cpus):
+        if type(cpu) is not int or not 0 <= cpu < MAX_CPUS:
+            raise BadRequest(f"cpus must be CPU numbers, integers 0-{MAX_CPUS - 1}",
+                             f"{path}[{j}]")
 
 
 def _fields(item: object, fields: dict, path: str) -> None:
@@ -61,6 +94,11 @@ def _fields(item: object, fields: dict, path: str) -> None:
             continue
         if not _is(value, kind):
             raise BadRequest(f"{key} must be {NAMES[kind]}", join(path, key))
+        if type(value) is int and key in RANGES:
+            low, high = RANGES[key]
+            if not low <= value <= high:
+                raise BadRequest(f"{key} must be from {low} to {high}, got {str(value)[:40]}",
+                                 join(path, key))
         if isinstance(value, str) and len(value) > 500:
             raise BadRequest(f"{key} is too long (500 characters at most)", join(path, key))
 

@@ -33,6 +33,11 @@ MAX_BUCKETS = 256
 # reply's "ignored"): hundreds of thousands would cost the server seconds and echo megabytes.
 MAX_UNKNOWN_NAMES = 256
 MAX_NAME_LENGTH = 100
+# A metric without a bound of its own in the catalog still gets one: a value past it (a float
+# of 1e300) would overflow float8 arithmetic in the alert rules and fail them for every host.
+VALUE_LIMIT = 2.0**63
+# Spool evictions one batch may report: the host's counters add them up in bigint columns.
+MAX_EVICTED = 2**31
 
 
 @dataclass
@@ -157,8 +162,9 @@ def _spool(spool: object, path: str) -> tuple[int, int]:
     counts = []
     for key in ("evicted_batches", "evicted_samples"):
         value = spool.get(key, 0)
-        if type(value) is not int or value < 0:
-            raise BadRequest(f"{key} must be a non-negative integer", join(path, key))
+        if type(value) is not int or not 0 <= value < MAX_EVICTED:
+            raise BadRequest(f"{key} must be an integer from 0 to {MAX_EVICTED - 1}",
+                             join(path, key))
         counts.append(value)
     return counts[0], counts[1]
 
@@ -228,8 +234,8 @@ INT_LIMIT = 2**63
 def _rules(keys: dict[str, Metric]) -> dict[str, _Rule]:
     return {
         key: _Rule(m, HISTOGRAM if m.kind == "histogram" else ARRAY if m.array else SCALAR,
-                   -float("inf") if m.low is None else m.low,
-                   float("inf") if m.high is None else m.high, m.integer)
+                   -VALUE_LIMIT if m.low is None else m.low,
+                   VALUE_LIMIT if m.high is None else m.high, m.integer)
         for key, m in keys.items()
     }
 
@@ -295,6 +301,9 @@ def _refuse_number(value: object, metric: Metric, path: str) -> None:
         raise BadRequest(f"{value} is below the minimum {metric.low} of {metric.name}", path)
     if metric.high is not None and value > metric.high:  # type: ignore[operator]
         raise BadRequest(f"{value} is above the maximum {metric.high} of {metric.name}", path)
+    if not -VALUE_LIMIT <= value <= VALUE_LIMIT:  # type: ignore[operator]
+        raise BadRequest(f"{value:.6g} is out of range for {metric.name} (at most 2**63 in "
+                         "magnitude)", path)
     raise BadRequest(f"{value} is out of range for {metric.name}", path)
 
 
@@ -327,8 +336,9 @@ def _histogram(value: object, metric: Metric, path: str) -> None:
                 raise BadRequest("counts must be non-negative integers (per-interval deltas)",
                                  f"{path}.counts[{i}]")
     total = value.get("sum")
-    if total is not None and type(total) not in NUMBER:
-        raise BadRequest("sum must be a number", join(path, "sum"))
+    if total is not None and (type(total) not in NUMBER
+                              or not -VALUE_LIMIT <= total <= VALUE_LIMIT):  # type: ignore[operator]
+        raise BadRequest("sum must be a number of at most 2**63 in magnitude", join(path, "sum"))
 
 
 def _check_bounds(bounds: tuple, path: str) -> None:
@@ -336,8 +346,10 @@ def _check_bounds(bounds: tuple, path: str) -> None:
         raise BadRequest(f"le must hold 1 to {MAX_BUCKETS} bounds", join(path, "le"))
     previous = None
     for i, bound in enumerate(bounds):
-        if type(bound) not in NUMBER or previous is not None and bound <= previous:
-            raise BadRequest("le must be finite numbers in ascending order", f"{path}.le[{i}]")
+        if (type(bound) not in NUMBER or not -VALUE_LIMIT <= bound <= VALUE_LIMIT
+                or previous is not None and bound <= previous):
+            raise BadRequest("le must be finite numbers in ascending order (at most 2**63 in "
+                             "magnitude)", f"{path}.le[{i}]")
         previous = bound
     if len(_VALID_BOUNDS) < _MAX_KNOWN_BOUNDS:
         _VALID_BOUNDS.add(bounds)
