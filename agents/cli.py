@@ -83,6 +83,9 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
         sources.close()
         raise StartupError(f"cannot use the spool directory {config.spool_dir}: "
                            f"{exc.strerror or exc}") from None
+    if config.insecure_http:
+        warn(f"sending the agent token to {config.server} over plain http:// "
+             "(--allow-insecure-http): anyone on the network path can read it")
     builder = BatchBuilder()
     shipper = Shipper(IngestClient(config.server, config.token), spool,
                       inventory=lambda: builder.inventory,

@@ -2,12 +2,17 @@
 
 Flags win over the environment (PITWALL_SERVER, PITWALL_TOKEN, PITWALL_TOKEN_FILE). The token
 is held out of ``repr`` so that no log line or traceback can print it.
+
+An ``http://`` server that is not this machine is refused unless --allow-insecure-http says
+the operator means it: the agent token travels in every request, and with --supervise the
+deployments' env (model hub tokens) comes back, both readable by anyone on the path.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
 import re
 import shlex
@@ -44,6 +49,7 @@ class AgentConfig:
     server: str | None = None
     token: str | None = field(default=None, repr=False)
     supervise: bool = False  # run the deployments the control plane assigns to this host
+    insecure_http: bool = False  # an http:// server off this machine, allowed by the flag
     vllm_command: tuple[str, ...] | None = None  # None: `vllm serve`, or the simulated vLLM
 
 
@@ -125,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "command lines are visible to other users)")
     token.add_argument("--token-file", type=Path, metavar="PATH",
                        help="file holding the agent token (env PITWALL_TOKEN_FILE)")
+    run.add_argument("--allow-insecure-http", action="store_true",
+                     help="accept an http:// server that is not this machine (the token and "
+                          "the deployments' env travel in clear; for a private network only)")
     run.add_argument("--supervise", action="store_true",
                      help="run the vLLM deployments the control plane assigns to this host "
                           "(desired config; docs/deployments.md)")
@@ -159,13 +168,35 @@ def config_from_args(args: argparse.Namespace,
     except argparse.ArgumentTypeError as exc:
         raise ConfigError(f"PITWALL_SERVER: {exc}") from None
     token = read_token(args.token, args.token_file, env)
+    insecure = not is_private_channel(server)
+    if insecure and not args.allow_insecure_http:
+        raise ConfigError(
+            f"refusing {server}: over http:// to another machine the agent token (and, with "
+            "--supervise, the deployments' env) travels in clear; use https://, or pass "
+            "--allow-insecure-http if this network is private")
     command = None
     if args.vllm_command is not None:
         command = tuple(shlex.split(args.vllm_command))
         if not command:
             raise ConfigError("--vllm-command is empty")
     return dataclasses.replace(config, server=server, token=token, supervise=args.supervise,
-                               vllm_command=command)
+                               vllm_command=command, insecure_http=insecure)
+
+
+def is_private_channel(url: str) -> bool:
+    """https://, or http:// to this machine (loopback; 0.0.0.0, which Linux connects to the
+    machine itself): nothing leaves the host in clear."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return True
+    host = (parts.hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name: it may resolve anywhere
+    return address.is_loopback or address.is_unspecified
 
 
 def read_token(token: str | None, token_file: Path | None,

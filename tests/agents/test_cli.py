@@ -131,8 +131,8 @@ def test_the_token_comes_from_flags_then_files_then_the_environment(tmp_path):
     assert parse("run", env=env).token == f"{TOKEN}-env"
     assert parse("run", env={**env, "PITWALL_TOKEN": "",
                              "PITWALL_TOKEN_FILE": str(token_file)}).token == f"{TOKEN}-file"
-    config = parse("run", "--server", "http://other:8000", env=env)
-    assert config.server == "http://other:8000"
+    config = parse("run", "--server", "https://other:8000", env=env)
+    assert config.server == "https://other:8000"
     assert TOKEN not in repr(config)
 
 
