@@ -19,13 +19,16 @@ from django.utils import timezone
 
 from controlplane.accounts.roles import ORDER
 from controlplane.alerts.models import Alert, AlertRule, Silence
-from controlplane.fleet.models import Deployment, Engine, Gpu, Host
+from controlplane.fleet.models import Deployment, Engine, Gpu, Host, TokenScope
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from tests.support.live import free_port, start_server
 from tests.support.roles import user_with_role
 
 pytestmark = pytest.mark.schema_fuzz
 EXAMPLES = os.environ.get("PITWALL_FUZZ_EXAMPLES", "15")
+# The read-only run looks for a write that gets through, which needs few examples per
+# operation: the scope is checked before anything the input could change.
+READ_ONLY_EXAMPLES = os.environ.get("PITWALL_FUZZ_READ_ONLY_EXAMPLES", "3")
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +73,43 @@ def seed() -> None:
 @pytest.mark.parametrize("who", [*ORDER, "no role", "agent"])
 def test_no_input_makes_a_server_error(fuzz_server, who, tmp_path: Path):
     base, schema, tokens, log = fuzz_server
-    done = subprocess.run(
+    done = fuzz(schema, base, tokens[who], EXAMPLES, ["not_a_server_error"], tmp_path)
+    report(who, done, log)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_only_token_writes_nothing_whatever_the_input(fuzz_server, tmp_path: Path):
+    """An admin's read-only token: every unsafe operation is a 403 whatever the input, and
+    nothing is a 5xx. Only the unsafe operations (the admin's own run reads the rest), and
+    without the coverage phase's thousands of malformed bodies: the scope is checked before a
+    body is read (tests/security/test_read_only_tokens.py walks every operation too). A user
+    and token of its own: the admin's run may have revoked the others' tokens."""
+    base, schema, _, log = fuzz_server
+    user_with_role("fuzz-read-only", "admin")
+    token = issue_api_token("fuzz-read-only", "fuzz", scope=TokenScope.READ)
+    done = fuzz(schema, base, token, READ_ONLY_EXAMPLES,
+                 ["not_a_server_error", "read_only_token_writes_nothing"], tmp_path,
+                 hooks=Path(__file__).with_name("read_only_checks.py"),
+                 phases="examples,fuzzing",
+                 only=["--include-method-regex", "^(POST|PUT|PATCH|DELETE)$"])
+    report("read-only admin", done, log)
+
+
+def fuzz(schema: Path, base: str, token: str, examples: str, checks: list[str], cwd: Path,
+         hooks: Path | None = None, phases: str = "examples,coverage,fuzzing",
+         only: tuple | list = ()) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"SCHEMATHESIS_HOOKS": str(hooks)} if hooks else {})}
+    return subprocess.run(
         [str(Path(sys.executable).with_name("schemathesis")), "run", str(schema),
-         "--url", base, "--checks", "not_a_server_error",
-         "--phases", "examples,coverage,fuzzing", "--max-examples", EXAMPLES,
+         "--url", base, "--checks", ",".join(checks),
+         "--phases", phases, "--max-examples", examples,
          "--workers", "2", "--request-timeout", "30", "--seed", "1",
-         "--header", f"Authorization: Bearer {tokens[who]}",
-         "--exclude-path-regex", "^/api/v1/docs"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+         "--header", f"Authorization: Bearer {token}",
+         "--exclude-path-regex", "^/api/v1/docs", *only],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=1200)
+
+
+def report(who: str, done: subprocess.CompletedProcess, log: Path) -> None:
     summary = done.stdout[-6000:]
     # Each phase's tally ("✅ 60 passed") and the operations tested, for the CI log.
     print(f"{who}:", *[line.strip() for line in done.stdout.splitlines()
