@@ -257,10 +257,11 @@ def _engines(hosts: dict[int, str], span: tuple[datetime, datetime]) -> list[_En
 
 def _used_by(engines: list[_Engine], gpus: list[tuple]) -> list[tuple]:
     """The GPUs the selected engines use: those they name, or every GPU of their host when an
-    engine names none (an engine the agent could not place)."""
-    uuids = {u for e in engines for u in e.gpu_uuids}
+    engine names none (an engine the agent could not place). A UUID counts on the engine's own
+    host only: one that another host reports is not the engine's GPU."""
+    uuids = {(e.host_id, u) for e in engines for u in e.gpu_uuids}
     whole_hosts = {e.host_id for e in engines if not e.gpu_uuids}
-    return [g for g in gpus if g[1] in whole_hosts or g[2] in uuids]
+    return [g for g in gpus if g[1] in whole_hosts or (g[1], g[2]) in uuids]
 
 
 def layouts() -> dict[int, tuple[float, ...]]:

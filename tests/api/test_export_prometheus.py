@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from agents.protocol import METRICS, metrics_of
 from controlplane.api.views.export import WINDOW_MAX_S
-from controlplane.fleet.models import Deployment, Host
+from controlplane.fleet.models import Deployment, Engine, Host
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
 from controlplane.telemetry.export import shard_of
 from tests.support.clients import bearer_client
@@ -248,6 +248,18 @@ def test_filters_by_hostname_glob_and_model(fleet, reader):
     assert [dict(k)["gpu_uuid"] for k in samples_of(text, "pitwall_gpu_util_pct")] == [
         "GPU-gpu-node-2-1"]
     assert len(samples_of(text, "pitwall_engine_up")) == 1
+
+
+def test_a_model_filter_keeps_the_gpus_of_the_engines_own_host(fleet, reader):
+    """Both hosts serve the model, gpu-node-2's engine stored with a UUID of gpu-node-1 (before
+    ingest refused one): each host exports the GPUs its own engine uses, no more."""
+    Engine.objects.filter(host__hostname="gpu-node-1").update(
+        model=OTHER_MODEL, gpu_uuids=["GPU-gpu-node-1-0"])
+    Engine.objects.filter(host__hostname="gpu-node-2").update(
+        gpu_uuids=["GPU-gpu-node-2-1", "GPU-gpu-node-1-1"])
+    text = scrape(reader, model=OTHER_MODEL)
+    assert sorted(dict(k)["gpu_uuid"] for k in samples_of(text, "pitwall_gpu_util_pct")) == [
+        "GPU-gpu-node-1-0", "GPU-gpu-node-2-1"]
 
 
 def test_shards_split_the_hosts_without_overlap(fleet, reader):

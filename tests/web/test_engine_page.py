@@ -71,3 +71,12 @@ def test_it_subscribes_to_its_engine_group(operator_client, page_fleet):
 def test_a_simulated_engine_is_labelled_simulated(operator_client, page_fleet):
     assert b">simulated</span>" in operator_client.get(engine_path(page_fleet.sim_engine)).content
     assert b">simulated</span>" not in operator_client.get(engine_path(page_fleet.engine)).content
+
+
+def test_it_lists_only_its_own_hosts_gpus(operator_client, page_fleet):
+    """An engine stored with another host's GPU UUID (before ingest refused one) shows the
+    GPUs of its own host alone."""
+    page_fleet.engine.gpu_uuids = ["GPU-a1", page_fleet.sim_gpu.uuid]
+    page_fleet.engine.save(update_fields=["gpu_uuids"])
+    response = operator_client.get(engine_path(page_fleet.engine))
+    assert [g.uuid for g in response.context["gpus"]] == ["GPU-a1"]

@@ -38,7 +38,8 @@ def open_suggestions(request: HttpRequest, engine: Engine) -> list | None:
 @read_fleet
 def engine(request: HttpRequest, engine_id: int) -> HttpResponse:
     engine = get_object_or_404(Engine.objects.select_related("host"), pk=engine_id)
-    gpus = Gpu.objects.filter(uuid__in=engine.gpu_uuids or []).order_by("index")
+    # Its own host's GPUs only: a UUID another host reports is not this engine's.
+    gpus = Gpu.objects.filter(host=engine.host, uuid__in=engine.gpu_uuids or []).order_by("index")
     context = page_context(
         request, "engine", [f"engine:{engine.id}"], engine=engine, host=engine.host,
         online=is_online(engine.last_seen), gpus=list(gpus),
