@@ -36,9 +36,19 @@ class Host(models.Model):
         return self.hostname
 
     def node_cpus(self) -> dict[int, list[int]]:
-        """NUMA node id -> its CPUs, as the agent's inventory reported them."""
-        return {n["id"]: list(n.get("cpus") or []) for n in self.numa_nodes or []
-                if isinstance(n, dict) and "id" in n}
+        """NUMA node id -> its CPUs, as the agent's inventory reported them, keeping whole
+        numbers only: rows stored before ingest checked the layout may hold anything (a
+        ``cpus`` of ``[[1]]`` once stopped the tuning pass)."""
+        nodes: dict[int, list[int]] = {}
+        for node in self.numa_nodes if isinstance(self.numa_nodes, list) else []:
+            if isinstance(node, dict) and _whole(node.get("id")):
+                cpus = node.get("cpus")
+                nodes[node["id"]] = [c for c in cpus if _whole(c)] if isinstance(cpus, list) else []
+        return nodes
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Gpu(models.Model):

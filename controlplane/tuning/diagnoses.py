@@ -567,24 +567,9 @@ def _gpu_nodes(facts: Facts) -> set[int]:
     return {g.numa_node for g in facts.gpus if g.numa_node is not None}
 
 
-def _node_cpus(facts: Facts) -> dict[int, list[int]]:
-    """NUMA node id -> its CPUs, keeping only whole numbers: the layout is the agent's word,
-    stored as it sent it (a ``cpus`` of ``[[1]]`` once raised here and stopped the pass)."""
-    nodes: dict[int, list[int]] = {}
-    for node in facts.host.numa_nodes if isinstance(facts.host.numa_nodes, list) else []:
-        if isinstance(node, dict) and _whole(node.get("id")):
-            cpus = node.get("cpus")
-            nodes[node["id"]] = [c for c in cpus if _whole(c)] if isinstance(cpus, list) else []
-    return nodes
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _cpus_near_gpus(facts: Facts, count: int) -> list[int] | None:
     """``count`` CPUs on the GPUs' NUMA node(s) that no other deployment of the host binds."""
-    nodes, near = _node_cpus(facts), _gpu_nodes(facts)
+    nodes, near = facts.host.node_cpus(), _gpu_nodes(facts)
     taken = _taken_cpus(facts)
     pool = [c for n in sorted(near) for c in nodes.get(n, []) if c not in taken]
     if not pool and facts.host.cpu_count:  # no NUMA layout reported: any free CPUs
@@ -604,7 +589,7 @@ def _taken_cpus(facts: Facts) -> set[int]:
 
 
 def numa_mismatch(facts: Facts) -> Finding | None:
-    nodes, near = _node_cpus(facts), _gpu_nodes(facts)
+    nodes, near = facts.host.node_cpus(), _gpu_nodes(facts)
     if not facts.proc_cpus or not near or len(nodes) < 2:
         return None
     node_of = {c: n for n, cpus in nodes.items() for c in cpus}
