@@ -11,6 +11,7 @@ deployments' env (model hub tokens) comes back, both readable by anyone on the p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import ipaddress
 import os
@@ -21,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import psutil
 
 from agents import __version__
 
@@ -185,7 +188,8 @@ def config_from_args(args: argparse.Namespace,
 
 def is_private_channel(url: str) -> bool:
     """https://, or http:// to this machine (loopback; 0.0.0.0, which Linux connects to the
-    machine itself): nothing leaves the host in clear."""
+    machine itself; one of its own interfaces' addresses, which the kernel delivers without a
+    network): nothing leaves the host in clear."""
     parts = urlsplit(url)
     if parts.scheme == "https":
         return True
@@ -196,7 +200,17 @@ def is_private_channel(url: str) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False  # a name: it may resolve anywhere
-    return address.is_loopback or address.is_unspecified
+    return address.is_loopback or address.is_unspecified or address in own_addresses()
+
+
+def own_addresses() -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """This machine's interface addresses (a dev stack served on its LAN address)."""
+    found = set()
+    for entries in psutil.net_if_addrs().values():
+        for entry in entries:
+            with contextlib.suppress(ValueError):  # MAC addresses, scoped link-local ones
+                found.add(ipaddress.ip_address(entry.address))
+    return found
 
 
 def read_token(token: str | None, token_file: Path | None,

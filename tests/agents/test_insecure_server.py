@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from agents.cli import main
-from agents.config import ConfigError, build_parser, config_from_args
+from agents.config import ConfigError, build_parser, config_from_args, own_addresses
 from tests.support.polling import wait_until
 
 TOKEN = "pw_agent_do-not-print-me"
@@ -48,6 +48,16 @@ def test_the_refusal_exits_2_without_printing_the_token(capsys):
 def test_this_machine_and_https_need_no_flag(server):
     config = parse("--server", server)
     assert config.server == server and not config.insecure_http
+
+
+def test_an_address_of_this_machines_own_interfaces_needs_no_flag():
+    """A dev stack served on the machine's LAN address: the kernel delivers it locally."""
+    own = sorted(str(a) for a in own_addresses()
+                 if not (a.is_loopback or a.is_link_local or a.is_unspecified))
+    if not own:
+        pytest.skip("this machine has no address but loopback and link-local ones")
+    host = f"[{own[0]}]" if ":" in own[0] else own[0]
+    assert parse("--server", f"http://{host}:8000").insecure_http is False
 
 
 def test_the_flag_allows_it_and_the_agent_says_so(tmp_path):
