@@ -1,5 +1,5 @@
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from controlplane.api.permissions import SignedIn
@@ -11,6 +11,7 @@ from controlplane.api.views.deployments import (
     AgentStatusView,
     DeploymentViewSet,
 )
+from controlplane.api.views.docs import SwaggerView
 from controlplane.api.views.efficiency import (
     EngineEfficiencyListView,
     EngineEfficiencyView,
@@ -47,10 +48,8 @@ urlpatterns = [
     # user API token, any role), as the API itself is (drf-spectacular serves it to anyone).
     path("schema/", SpectacularAPIView.as_view(permission_classes=[SignedIn]), name="schema"),
     # The split view serves its start-up script as a file: the Content-Security-Policy allows
-    # no inline script without a nonce.
-    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema",
-                                                      permission_classes=[SignedIn]),
-         name="api-docs"),
+    # no inline script without a nonce. A browser without a session is sent to sign in.
+    path("docs/", SwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("series/", SeriesView.as_view(), name="series"),
     path("efficiency/engines/", EngineEfficiencyListView.as_view(), name="efficiency-engines"),
     path("efficiency/engines/<int:engine_id>/", EngineEfficiencyView.as_view(),
