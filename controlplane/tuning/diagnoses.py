@@ -36,6 +36,7 @@ MIN_MINUTES = 5  # of data in a long window before anything is judged (half a sh
 # free blocks between preemptions), another at 4.4/s 0.953.
 KV_HIGH = 0.85
 PREEMPTING = 0.1  # preemptions/s: recompute wasted on a steady basis
+PREEMPTING_MOST = 0.5  # share of the window's minutes that preempted: pressure that lasts
 KV_HEADROOM = 0.75  # peak KV usage under which more sequences fit
 GPU_BUSY = 85.0  # % GPU utilisation under which the GPU waits for something
 CORE_PINNED = 90.0  # % of one core: vLLM's engine loop is single-threaded
@@ -165,7 +166,16 @@ def _free_gpu_fraction(facts: Facts) -> float | None:
 
 
 def _kv_pressed(facts: Facts) -> bool:
-    return (facts.kv_avg or 0) >= KV_HIGH and (facts.preemptions_per_s or 0) >= PREEMPTING
+    """Recurring preemptions with the cache full: vLLM preempts only a request it cannot give
+    a block. Either the cache averaged KV_HIGH, or it filled up (queueing.KV_FULL at its peak)
+    while most of the window's minutes preempted: a cache that thrashes frees a request's
+    blocks at each preemption, and a real vLLM preempting 14 times a second with 7 requests
+    waiting averaged 0.77 over its minute (a peak of 1.0)."""
+    if (facts.preemptions_per_s or 0) < PREEMPTING:
+        return False
+    return (facts.kv_avg or 0) >= KV_HIGH or (
+        (facts.kv_max or 0) >= queueing.KV_FULL
+        and (facts.preempting_share or 0) >= PREEMPTING_MOST)
 
 
 # The operator's own caps on the KV cache: each overrides what gpu_memory_utilization leaves
@@ -205,10 +215,11 @@ def _raise_kv_cap(facts: Facts, cap: tuple[str, int], proof: list) -> Finding:
         Kind.KV_PRESSURE, confidence=_sustained(facts.preempting_share),
         severity=facts.preemptions_per_s or 0.0, evidence=proof,
         changes=[change(f"args.{name}", current, proposed)],
-        reasoning=(f"KV cache averaged {facts.kv_avg:.0%} with {facts.preemptions_per_s:.2f} "
-                   f"preemptions/s, and its size is capped by {name}={current}: "
-                   f"{running:.1f} requests ran and {facts.waiting_avg or 0:.1f} waited on "
-                   f"average, and each holds more as it generates, so the cap grows "
+        reasoning=(f"KV cache averaged {facts.kv_avg:.0%} (peak {facts.kv_max or 0:.0%}) with "
+                   f"{facts.preemptions_per_s:.2f} preemptions/s, and its size is capped by "
+                   f"{name}={current}: {running:.1f} requests ran and "
+                   f"{facts.waiting_avg or 0:.1f} waited on average, and each holds more as it "
+                   f"generates, so the cap grows "
                    f"x{factor:.1f} (bounded to x{low:g}-x{high:g}). "
                    f"If the memory is not there, vLLM refuses to start and says so; revert is "
                    f"one click."),
@@ -225,9 +236,18 @@ def kv_pressure(facts: Facts) -> Finding | None:
     return found
 
 
+def _kv_full_evidence(facts: Facts) -> dict:
+    """Which of _kv_pressed's readings of a full cache held."""
+    if (facts.kv_avg or 0) >= KV_HIGH:
+        return evidence(facts, "engine.kv_cache_usage", "avg", facts.kv_avg, f">= {KV_HIGH}")
+    return evidence(facts, "engine.kv_cache_usage", "max", facts.kv_max,
+                    f">= {queueing.KV_FULL} with preemptions in "
+                    f"{facts.preempting_share or 0:.0%} of the minutes")
+
+
 def _kv_remedy(facts: Facts) -> Finding:
     gmu, seqs = float(arg(facts, "gpu_memory_utilization")), int(arg(facts, "max_num_seqs"))
-    proof = [evidence(facts, "engine.kv_cache_usage", "avg", facts.kv_avg, f">= {KV_HIGH}"),
+    proof = [_kv_full_evidence(facts),
              evidence(facts, "engine.preemptions_per_s", "avg", facts.preemptions_per_s,
                       f">= {PREEMPTING}")]
     if cap := _kv_cap(facts):

@@ -10,13 +10,18 @@ import threading
 import time
 import urllib.error
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Deployment, Host
+from controlplane.telemetry.rollups.refresh import floor
 from controlplane.tuning import service
+from controlplane.tuning.facts import Server, gather
 from controlplane.tuning.models import Suggestion
 from tests.real_vllm.engine import VERSION, Stream, engine_vars, stream_tokens
 from tests.support.live import Process, free_port, start_server
@@ -117,8 +122,29 @@ def explain(agent: Process, pk: int):
         tail = "\n".join(d.get("log_tail") or [])
         found = list(Suggestion.objects.values_list("kind", "reasoning"))
         return (f"{agent.output()[-3000:]}\ndeployment: {d.get('state')} {d.get('error')}\n"
-                f"suggestions: {found}\n{tail[-3000:]}")
+                f"suggestions: {found}\nthe last passes: {PASSES[-3:]}\n"
+                f"the last window: {window_facts(pk)}\n{tail[-3000:]}")
     return text
+
+
+PASSES: list[service.PassResult] = []  # what each pass of the test did, for explain
+
+
+def tuning_pass_noted() -> service.PassResult:
+    PASSES.append(rolled_up_pass())
+    return PASSES[-1]
+
+
+def window_facts(pk: int) -> dict:
+    """What the pass read of the deployment over the last whole window: why it did or did not
+    find KV pressure."""
+    d = Deployment.objects.select_related("host").get(pk=pk)
+    end = floor(timezone.now(), 60)
+    server = Server.of(d)
+    facts = gather([server], end - timedelta(seconds=settings.PITWALL["TUNING_WINDOW_S"]),
+                   end)[server.key]
+    return {k: getattr(facts, k) for k in ("minutes", "kv_avg", "kv_max", "preemptions_per_s",
+                                           "preempting_share", "waiting_avg", "running_avg")}
 
 
 def deploy(api: APIClient, host: Host, model: Path, workdir: Path) -> int:
@@ -143,8 +169,9 @@ def test_kv_pressure_found_accepted_applied_without_loss_and_verified_on_a_real_
     load = Load(f"http://127.0.0.1:{d.port}", str(vllm_install.model)).start()
     try:
         wait_until(lambda: Suggestion.objects.filter(kind="kv_pressure").exists()
-                   or rolled_up_pass() and False, 300, explain(agent, pk), every=5)
+                   or tuning_pass_noted() and False, 300, explain(agent, pk), every=5)
         s = Suggestion.objects.get(kind="kv_pressure")
+        print(f"\nfound in the window: {window_facts(pk)}")
         [proposal] = s.changes
         assert proposal["field"] == "args.num_gpu_blocks_override" and proposal["current"] == CAP
         assert 2 * CAP <= proposal["proposed"] <= 4 * CAP, s.reasoning

@@ -75,6 +75,35 @@ def test_a_raised_cap_at_least_doubles_and_at_most_quadruples():
     assert (proposed(10, 0), proposed(10, 5), proposed(2, 30)) == (200, 300, 400)
 
 
+def thrashing(**changes):
+    """A cache that thrashes, as a real vLLM under 3.5x its 20 blocks' demand: full at its
+    peak, preempting 14 times a second in every minute, each preemption freeing blocks, so
+    the average is only 0.77."""
+    return healthy(**{"kv_avg": 0.77, "kv_max": 1.0, "preemptions_per_s": 14.3,
+                      "preempting_share": 1.0, "running_avg": 3.9, "waiting_avg": 7.1,
+                      "deployment": deployment(healthy().host,
+                                               args={"num_gpu_blocks_override": 20}),
+                      **changes})
+
+
+def test_a_thrashing_cache_is_kv_pressure_though_its_average_is_low():
+    found = only(thrashing())
+    assert found.kind == "kv_pressure"
+    assert found.changes[0]["field"] == "args.num_gpu_blocks_override"
+    [full] = [e for e in found.evidence if e["metric"] == "engine.kv_cache_usage"]
+    assert full["stat"] == "max" and "100% of the minutes" in full["threshold"]
+    assert "peak 100%" in found.reasoning
+
+
+@pytest.mark.parametrize("changes", [
+    {"preempting_share": 0.3},  # a burst, in a minute or so of the window
+    {"kv_max": 0.8},  # never full: preemptions come from elsewhere
+    {"preemptions_per_s": 0.05},
+])
+def test_a_full_peak_without_lasting_preemptions_is_not_kv_pressure(changes):
+    assert "kv_pressure" not in {f.kind for f in diagnose(thrashing(**changes))}
+
+
 def capped(**changes):
     """Requests queue behind 128 running at the cap, the KV cache at 40 %: 14 waiting on
     average, time-weighted."""
