@@ -56,3 +56,18 @@ def test_itl_half_again_worse_for_a_drained_queue_is_the_trade_not_a_regression(
 def test_a_latency_much_worse_with_nothing_gained_elsewhere_is_a_regression():
     verdict, _ = judge("prefill_itl", BEFORE, after(itl_p99_s=0.15, ttft_p99_s=90.0))
     assert verdict == "regressed"
+
+
+def test_a_latency_that_fell_by_a_larger_factor_than_the_other_grew_is_the_trade():
+    # Measured on a real vLLM, its KV cap raised 20 -> 80 blocks: TTFT p99 5.8 times shorter
+    # (-83 %), ITL p99 1.97 times longer (+97 %): as shares, 83 < 97.
+    verdict, _ = judge("kv_pressure", BEFORE, after(
+        preemptions_per_s=0.43, generation_tokens_per_s=1500.0 * 1.28,
+        ttft_p99_s=40.0 / 5.78, itl_p99_s=0.2 * 1.97))
+    assert verdict == "improved"
+
+
+def test_a_latency_that_grew_by_a_larger_factor_than_the_other_fell_is_a_regression():
+    verdict, _ = judge("kv_pressure", BEFORE, after(
+        preemptions_per_s=0.0, ttft_p99_s=40.0 / 1.8, itl_p99_s=0.2 * 2.0))
+    assert verdict == "regressed"
