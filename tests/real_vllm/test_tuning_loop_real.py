@@ -19,9 +19,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Deployment, Host
-from controlplane.telemetry.rollups.refresh import floor
 from controlplane.tuning import service
-from controlplane.tuning.facts import Server, gather
+from controlplane.tuning.facts import Server, gather, minute
 from controlplane.tuning.models import Suggestion
 from tests.real_vllm.engine import VERSION, Stream, engine_vars, stream_tokens
 from tests.support.live import Process, free_port, start_server
@@ -139,7 +138,7 @@ def window_facts(pk: int) -> dict:
     """What the pass read of the deployment over the last whole window: why it did or did not
     find KV pressure."""
     d = Deployment.objects.select_related("host").get(pk=pk)
-    end = floor(timezone.now(), 60)
+    end = minute(timezone.now())  # as the pass ends its window
     server = Server.of(d)
     facts = gather([server], end - timedelta(seconds=settings.PITWALL["TUNING_WINDOW_S"]),
                    end)[server.key]
