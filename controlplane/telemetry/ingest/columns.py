@@ -24,7 +24,7 @@ from msgspec import Meta, Struct
 from agents.protocol import PROCESS_ATTRIBUTES, Metric, wire_keys
 from controlplane.telemetry.ingest import validate
 from controlplane.telemetry.ingest.errors import BadRequest, join
-from controlplane.telemetry.ingest.inventory_schema import check_inventory
+from controlplane.telemetry.ingest.inventory_schema import MAX_CPUS, check_inventory
 from controlplane.telemetry.ingest.validate import (
     MAX_BATCHES,
     MAX_BUCKETS,
@@ -77,7 +77,8 @@ def _section(name: str, entity: str, id_key: str | None, id_type: Any,
     return msgspec.defstruct(name, fields, forbid_unknown_fields=True, kw_only=True)
 
 
-AFFINITY = Annotated[list[Annotated[int, Meta(ge=0, le=32767)]], Meta(max_length=MAX_ENTITIES)]
+AFFINITY = Annotated[list[Annotated[int, Meta(ge=0, lt=MAX_CPUS)]],
+                     Meta(max_length=MAX_ENTITIES)]
 HostColumns = _section("HostColumns", "host", None, None)
 GpuColumns = _section("GpuColumns", "gpu", "uuid", Name)
 EngineColumns = _section("EngineColumns", "engine", "name", Name)

@@ -12,7 +12,8 @@ from controlplane.telemetry.ingest.config_values import check_config, check_valu
 from controlplane.telemetry.ingest.errors import BadRequest, join
 
 MAX_ITEMS = 1024
-MAX_CPUS = 32768  # CPU numbers 0-32767, as the processes' cpu_affinity (validate.py)
+# CPU numbers 0-32767: NUMA nodes' CPUs here, processes' cpu_affinity (validate.py, columns.py)
+MAX_CPUS = 32768
 
 # field -> (type, required); "int?" allows null
 HOST_FIELDS = {

@@ -18,7 +18,7 @@ from agents.protocol import (
     wire_keys,
 )
 from controlplane.telemetry.ingest.errors import BadRequest, join
-from controlplane.telemetry.ingest.inventory_schema import check_inventory
+from controlplane.telemetry.ingest.inventory_schema import MAX_CPUS, check_inventory
 
 NUMBER = (int, float)
 HOST_KEYS = wire_keys("host")
@@ -363,5 +363,6 @@ def _extra(key: str, value: object, path: str) -> None:
     if not isinstance(value, list) or len(value) > MAX_ENTITIES:
         raise BadRequest(f"{key} must be a list of integers", path)
     for i, element in enumerate(value):
-        if type(element) is not int or not 0 <= element < 32768:
-            raise BadRequest(f"{key} must be a list of integers 0-32767", f"{path}[{i}]")
+        if type(element) is not int or not 0 <= element < MAX_CPUS:
+            raise BadRequest(f"{key} must be a list of integers 0-{MAX_CPUS - 1}",
+                             f"{path}[{i}]")
