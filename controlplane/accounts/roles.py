@@ -26,7 +26,8 @@ _GRANTS: dict[str, tuple[str, ...]] = {
     VIEWER: tuple(f"{app}.view_*" for app in FLEET_APPS),
     OPERATOR: ("alerts.ack_alert", "alerts.add_silence", "alerts.change_silence"),
     DEPLOYER: ("fleet.add_deployment", "fleet.change_deployment", "fleet.delete_deployment",
-               "fleet.deploy_code", "tuning.decide_suggestion"),
+               "fleet.deploy_code", "tuning.decide_suggestion", "fleet.add_service",
+               "fleet.change_service", "fleet.delete_service", "fleet.change_host"),
     ADMIN: (*(f"{app}.*" for app in FLEET_APPS), "auth.*", "audit.view_auditentry"),
 }
 ORDER = (VIEWER, OPERATOR, DEPLOYER, ADMIN)

@@ -43,6 +43,11 @@ TRACKED: dict[str, Tracked] = {
         "host", "name", "enabled", "model", "port", "gpu_indices", "vllm_version", "args",
         "cpus", "numa_node", "env", "drain_timeout_s", "revision"),
         secret=frozenset({"env"})),
+    "fleet.Service": Tracked("service", fields=(
+        "name", "model", "vllm_version", "args", "env", "drain_timeout_s", "replicas",
+        "selector", "gpu_model", "router_host", "router_port", "router_policy", "strategy",
+        "max_unavailable", "max_surge", "canary_window_s", "revision"),
+        secret=frozenset({"env"})),
     "tuning.Suggestion": Tracked("suggestion", fields=("state", "decided_at", "decided_by"),
                                  people_only=True),
     "fleet.ApiToken": Tracked("API token", ignore=frozenset({"digest", "last_used_at"})),

@@ -28,6 +28,9 @@ class Host(models.Model):
     # +1 whenever a deployment of the host changes: ingest replies with it, and an agent that
     # sees a new value fetches its desired config (docs/protocol.md).
     config_version = models.PositiveBigIntegerField(default=0)
+    # key=value labels set through the API or the host page; the agent's own (--label, in its
+    # inventory) are merged under them by all_labels().
+    labels = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["hostname"]
@@ -45,6 +48,18 @@ class Host(models.Model):
                 cpus = node.get("cpus")
                 nodes[node["id"]] = [c for c in cpus if _whole(c)] if isinstance(cpus, list) else []
         return nodes
+
+    def agent_labels(self) -> dict[str, str]:
+        """The labels the agent reported (``--label``), strings only."""
+        labels = self.inventory.get("labels") if isinstance(self.inventory, dict) else None
+        return {k: v for k, v in (labels or {}).items()
+                if isinstance(k, str) and isinstance(v, str)} if isinstance(labels, dict) else {}
+
+    def all_labels(self) -> dict[str, str]:
+        """What a service's selector matches: the agent's labels, overridden by the ones set
+        through the API or the host page."""
+        own = self.labels if isinstance(self.labels, dict) else {}
+        return {**self.agent_labels(), **{k: v for k, v in own.items() if isinstance(v, str)}}
 
 
 def _whole(value: object) -> bool:
@@ -216,6 +231,17 @@ class Deployment(models.Model):
     running_argv = models.JSONField(default=list)
     log_tail = models.JSONField(default=list)
     warnings = models.JSONField(default=list)
+    # the phases of the running process's start, unix seconds, as the agent read them from
+    # vLLM's log: {"process_start": t, "weights_loaded": t, "kv_profiled": t, ...}
+    start_phases = models.JSONField(default=dict, blank=True)
+    # owned by a service: a replica, changed only through its service
+    service = models.ForeignKey("fleet.Service", null=True, blank=True,
+                                on_delete=models.CASCADE, related_name="replica_set")
+    replica = models.PositiveSmallIntegerField(null=True, blank=True)  # its slot, 0..n-1
+    # the router sends it requests (Pitwall's decision, routing.py) and why not, when not
+    in_rotation = models.BooleanField(default=False)
+    rotation_note = models.CharField(max_length=300, blank=True)
+    placement_reason = models.CharField(max_length=1000, blank=True)
 
     class Meta:
         ordering = ["host_id", "name"]
@@ -260,3 +286,20 @@ class DeploymentRevision(models.Model):
 
     def __str__(self) -> str:
         return f"revision {self.revision} of deployment {self.deployment_id}"
+
+
+from controlplane.fleet.service_models import (  # noqa: E402  (Django finds models here)
+    Rollout,
+    RolloutState,
+    RolloutStrategy,
+    RouterPolicy,
+    Service,
+    ServiceEvent,
+    ServiceEventKind,
+    ServiceRevision,
+)
+
+__all__ = ["AgentToken", "ApiToken", "Deployment", "DeploymentRevision", "DeploymentState",
+           "Engine", "Gpu", "Host", "Rollout", "RolloutState", "RolloutStrategy",
+           "RouterPolicy", "Service", "ServiceEvent", "ServiceEventKind", "ServiceRevision",
+           "TokenScope", "TokenState", "engine_port"]
