@@ -50,7 +50,7 @@ $(UV_VENV)/bin/uv:
 	$$(command -v $(PYTHON) || command -v python3) -m venv $(UV_VENV)
 	$(UV_VENV)/bin/pip install --quiet uv==$(UV_VERSION)
 
-LOCK_INPUT := pyproject.toml --extra agent --extra server --extra dev --universal \
+LOCK_INPUT := pyproject.toml --extra agent --extra router --extra server --extra dev --universal \
   --python-version 3.11 --generate-hashes
 
 lock: $(UV_VENV)/bin/uv
