@@ -23,12 +23,14 @@ class Needs(BasePermission):
             return False
         if not _handled(view, request.method):
             return True  # the view answers 405 Method Not Allowed, which says more than a 403
-        reading = request.method in SAFE_METHODS
-        needed = self.read if reading else self.write
+        needed = self.needed(request, view)
         if needed is None or not request.user.has_perm(needed):
             self.message = f"your role does not allow this (needs the permission {needed})"
             return False
         return True
+
+    def needed(self, request, view) -> str | None:
+        return self.read if request.method in SAFE_METHODS else self.write
 
     def signed_in(self, request) -> bool:
         """An active user, by session or user API token (not an agent token)."""
@@ -79,6 +81,21 @@ CanManageDeployments = needs("fleet.view_deployment", "fleet.change_deployment",
 CanDecideSuggestions = needs("tuning.view_suggestion", "tuning.decide_suggestion",
                              "CanDecideSuggestions")
 CanReadAudit = needs("audit.view_auditentry", name="CanReadAudit")
+# Host labels steer where services place their replicas: deployers set them.
+CanLabelHosts = needs("fleet.view_host", "fleet.change_host", "CanLabelHosts")
+
+
+class CanManageServices(Needs):
+    """Every role reads services; creating, changing (a revert too) and deleting each need
+    their own permission, as Django names them."""
+
+    read = "fleet.view_service"
+    by_action = {"create": "fleet.add_service", "destroy": "fleet.delete_service"}
+
+    def needed(self, request, view) -> str | None:
+        if request.method in SAFE_METHODS:
+            return self.read
+        return self.by_action.get(getattr(view, "action", None), "fleet.change_service")
 
 
 class IsAgent(BasePermission):

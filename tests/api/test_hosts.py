@@ -29,6 +29,7 @@ def test_it_describes_a_host_with_its_inventory_and_counts(api, mixed_fleet):
         # Two GPUs and two engines exist, but one of each is no longer present.
         "gpu_count": 1, "engine_count": 1,
         "spool_evicted_batches": 2, "spool_evicted_samples": 16,
+        "labels": {}, "agent_labels": {}, "all_labels": {},
     }
     assert body["last_seen"].startswith(host.last_seen.strftime("%Y-%m-%dT%H:%M:%S"))
 
