@@ -208,7 +208,7 @@ def build_sources(config: AgentConfig, warn: Warn, require_gpus: bool) -> Source
     sources = Sources(simulated=config.gpu_backend == "sim", numa_node=pci_numa_node,
                       hostname=config.hostname)
     sources.gpus = _gpu_collector(config, warn, require_gpus)
-    sources.host = _optional("host", warn, lambda: _host_collector(warn))
+    sources.host = _optional("host", warn, lambda: _host_collector(config, warn))
     sources.processes = _optional("processes", warn, lambda: _process_collector(warn))
     for url in config.vllm_metrics_urls:
         engine = _optional(f"vllm {url}", warn, lambda url=url: _vllm_collector(url, warn))
@@ -279,10 +279,13 @@ def _optional(source: str, warn: Warn, make: Callable[[], Any]) -> Any:
         return None
 
 
-def _host_collector(warn: Warn) -> Any:
-    from agents.collectors.host import HostCollector
+def _host_collector(config: AgentConfig, warn: Warn) -> Any:
+    from agents.collectors.hf_cache import HfCache
+    from agents.collectors.host import HostCollector, HostFacts
 
-    return HostCollector(warn=warn)
+    facts = HostFacts(config.labels, config.advertise_address, config.server,
+                      config.port_range, config.roles)
+    return HostCollector(warn=warn, facts=facts, hf_cache=HfCache(warn=warn))
 
 
 def _process_collector(warn: Warn) -> Any:

@@ -26,6 +26,14 @@ from urllib.parse import urlsplit
 import psutil
 
 from agents import __version__
+from agents.collectors.placement_facts import (
+    DEFAULT_PORT_RANGE,
+    MAX_LABELS,
+    ROLES,
+    address_problem,
+    parse_label,
+    parse_port_range,
+)
 
 DEFAULT_INTERVAL = 1.0
 DEFAULT_SIM_GPUS = 8
@@ -54,6 +62,11 @@ class AgentConfig:
     supervise: bool = False  # run the deployments the control plane assigns to this host
     insecure_http: bool = False  # an http:// server off this machine, allowed by the flag
     vllm_command: tuple[str, ...] | None = None  # None: `vllm serve`, or the simulated vLLM
+    # What placement reads in the inventory (agents/collectors/placement_facts.py).
+    labels: dict[str, str] = field(default_factory=dict)
+    advertise_address: str | None = None  # None: the source address towards the server
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
+    roles: tuple[str, ...] = ()
 
 
 def default_spool_dir(euid: int | None = None, env: Mapping[str, str] = os.environ) -> Path:
@@ -99,6 +112,27 @@ def _http_url(text: str) -> str:
     return text
 
 
+def _label(text: str) -> tuple[str, str]:
+    try:
+        return parse_label(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _address(text: str) -> str:
+    problem = address_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    try:
+        return parse_port_range(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--gpu-backend", choices=("nvml", "sim", "none"), default="nvml",
@@ -120,6 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="SIZE", help="spool bound; past it the oldest batches are "
                                              "evicted and counted (default 256MiB)")
     common.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="warning")
+    common.add_argument("--label", action="append", type=_label, default=[], metavar="KEY=VALUE",
+                        dest="labels", help="a label services' selectors match, e.g. pool=batch "
+                                            f"(repeat; at most {MAX_LABELS})")
+    common.add_argument("--advertise-address", type=_address, default=None, metavar="ADDR",
+                        help="the address other hosts (a service's router) reach this host's "
+                             "vLLM servers at (default: this host's address towards the "
+                             "server, else its hostname)")
+    common.add_argument("--port-range", type=_port_range, default=DEFAULT_PORT_RANGE,
+                        metavar="LOW-HIGH", help="the ports placement may give services' "
+                                                 "replicas here (default 8000-8999)")
 
     parser = argparse.ArgumentParser(
         prog="pitwall-agent",
@@ -160,6 +204,11 @@ def config_from_args(args: argparse.Namespace,
         spool_dir=args.spool_dir or default_spool_dir(env=env),
         spool_max_bytes=args.spool_max_bytes,
         log_level=args.log_level,
+        labels=_labels(args.labels),
+        advertise_address=args.advertise_address,
+        port_range=args.port_range,
+        # --router (the router flags) makes this host one that may serve services' routers.
+        roles=tuple(role for role in ROLES if getattr(args, role, False) is True),
     )
     if args.command != "run":
         return config
@@ -184,6 +233,17 @@ def config_from_args(args: argparse.Namespace,
             raise ConfigError("--vllm-command is empty")
     return dataclasses.replace(config, server=server, token=token, supervise=args.supervise,
                                vllm_command=command, insecure_http=insecure)
+
+
+def _labels(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for key, value in pairs:
+        if labels.get(key, value) != value:
+            raise ConfigError(f"--label {key} is given twice, as {labels[key]!r} and {value!r}")
+        labels[key] = value
+    if len(labels) > MAX_LABELS:
+        raise ConfigError(f"{len(labels)} labels: at most {MAX_LABELS}")
+    return labels
 
 
 def is_private_channel(url: str) -> bool:

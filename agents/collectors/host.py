@@ -1,5 +1,9 @@
 """The host: inventory (CPU model, cores, memory, NUMA) and host.* samples from psutil.
 
+The inventory also carries what placement needs of the host (HostFacts): the operator's
+labels, the address other hosts reach its servers at, the ports replicas may take, its roles,
+and the models in its Hugging Face cache (hf_cache.py).
+
 Rates (CPU busy share, network and disk bytes/s) come from counter deltas between two
 collect() calls, over the monotonic clock: the first call only primes them, so it returns no
 rate keys rather than a made-up figure.
@@ -9,7 +13,8 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,18 +24,43 @@ import psutil
 from agents.collectors import numa
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
 from agents.collectors.cgroup import CgroupThrottle
+from agents.collectors.hf_cache import HfCache
+from agents.collectors.placement_facts import DEFAULT_PORT_RANGE, clean_labels, default_address
 
 Counters = dict[str, int]
 _NOT_BUSY = ("idle", "iowait")  # what psutil.cpu_percent also counts as not busy
 _GUEST = ("guest", "guest_nice")  # already included in user / nice on Linux: not twice
 
 
+@dataclass(frozen=True)
+class HostFacts:
+    """What the operator says of this host for placement (flags, checked at start)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    address: str | None = None  # --advertise-address; None: found from the route to server
+    server: str | None = None  # the control plane's URL, whose route gives the address
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE
+    roles: tuple[str, ...] = ()
+
+    def inventory(self, hostname: str | None = None) -> dict[str, Any]:
+        inv: dict[str, Any] = {"labels": clean_labels(self.labels),
+                               "port_range": list(self.port_range), "roles": list(self.roles)}
+        # Found again at each read: a host that changed networks reports its new address.
+        address = self.address or default_address(self.server, hostname)
+        if address:
+            inv["address"] = address
+        return inv
+
+
 class HostCollector:
     def __init__(self, psutil_module: ModuleType | None = None, proc_root: str = "/proc",
                  sys_root: str = "/sys", cgroup_root: str = "/sys/fs/cgroup",
                  warn: Warn = stderr_warn,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 facts: HostFacts | None = None, hf_cache: HfCache | None = None) -> None:
         self._ps: Any = psutil_module or psutil
+        self._facts = facts
+        self._hf_cache = hf_cache
         self._proc_root = proc_root
         self._sys_root = sys_root
         self._warn = WarnOnce(warn)
@@ -58,6 +88,10 @@ class HostCollector:
         limit = self._throttle.limit_cores()
         if limit is not None:
             inv["cgroup_cpu_limit"] = limit
+        if self._facts is not None:
+            inv.update(self._facts.inventory(inv["hostname"]))
+        if self._hf_cache is not None:
+            inv["hf_models"] = self._hf_cache.models()
         return inv
 
     def _cpu_model(self) -> str | None:

@@ -3,11 +3,15 @@
 Every number is checked against a range that fits its meaning (RANGES), as the samples' are
 against the catalog: the inventory is stored and later read by the pages, the alert rules and
 tuning, where an absurd value (a 400-digit memory size, a NUMA CPU list of lists) would fail
-them for every host. The free-form config and mig objects: config_values.py.
+them for every host. The free-form config and mig objects: config_values.py. What placement
+reads (labels, address, port_range, roles, hf_models) is checked against the bounds the
+agent's command line enforces (agents/collectors/placement_facts.py): the address ends up in
+the URLs a router calls, the labels in selectors.
 """
 
 from __future__ import annotations
 
+from agents.collectors import placement_facts as facts
 from controlplane.telemetry.ingest.config_values import check_config, check_values
 from controlplane.telemetry.ingest.errors import BadRequest, join
 
@@ -20,6 +24,8 @@ HOST_FIELDS = {
     "hostname": (str, True), "simulated": (bool, False), "cpu_model": (str, False),
     "cpu_count": (int, False), "mem_total_bytes": (int, False), "numa_nodes": (list, False),
     "driver_version": (str, False), "gpus": (list, False), "engines": (list, False),
+    "labels": (dict, False), "address": (str, False), "port_range": (list, False),
+    "roles": (list, False), "hf_models": (list, False),
 }
 GPU_FIELDS = {
     "uuid": (str, True), "index": (int, True), "name": (str, False),
@@ -31,6 +37,7 @@ ENGINE_FIELDS = {
     "config": (dict, False), "simulated": (bool, False), "engine_index": ("int?", False),
 }
 NUMA_FIELDS = {"id": (int, True), "cpus": (list, True)}
+HF_MODEL_FIELDS = {"repo": (str, True), "bytes": (int, True)}
 # Integer fields -> (lowest, highest) allowed.
 RANGES = {
     "cpu_count": (1, MAX_CPUS),
@@ -39,6 +46,7 @@ RANGES = {
     "numa_node": (-1, 1023),  # -1: the kernel does not know (Linux: at most 1,024 nodes)
     "id": (0, 1023),
     "engine_index": (0, 65535),
+    "bytes": (0, facts.MAX_MODEL_BYTES),
 }
 NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
          dict: "an object", "int?": "an integer or null", "dict?": "an object or null"}
@@ -73,6 +81,60 @@ def check_inventory(inventory: object, path: str) -> None:
             raise BadRequest("gpu_uuids must be strings", f"{path}.engines[{i}].gpu_uuids")
         if engine.get("config") is not None:
             check_config(engine["config"], f"{path}.engines[{i}].config")
+    _placement_facts(inventory, path)  # type: ignore[arg-type]
+
+
+def _placement_facts(inventory: dict, path: str) -> None:
+    _labels(inventory.get("labels") or {}, join(path, "labels"))
+    address = inventory.get("address")
+    if address is not None:
+        problem = facts.address_problem(address)
+        if problem:
+            raise BadRequest(f"address {problem}", join(path, "address"))
+    ports = inventory.get("port_range")
+    if ports is not None:
+        problem = (facts.port_range_problem(*ports) if len(ports) == 2
+                   else "must be two ports [low, high]")
+        if problem:
+            raise BadRequest(f"port_range {problem}", join(path, "port_range"))
+    _roles(inventory.get("roles") or [], join(path, "roles"))
+    _hf_models(inventory.get("hf_models") or [], join(path, "hf_models"))
+
+
+def _labels(labels: dict, path: str) -> None:
+    if len(labels) > facts.MAX_LABELS:
+        raise BadRequest(f"at most {facts.MAX_LABELS} labels", path)
+    for key, value in labels.items():
+        problem = facts.label_problem(key, value)
+        if problem:
+            raise BadRequest(problem, f"{path}.{key[:63]}")
+
+
+def _roles(roles: list, path: str) -> None:
+    if len(roles) > len(facts.ROLES):
+        raise BadRequest(f"at most {len(facts.ROLES)} roles", path)
+    for i, role in enumerate(roles):
+        if role not in facts.ROLES:
+            raise BadRequest(f"roles are {', '.join(facts.ROLES)}; not {str(role)[:40]!r}",
+                             f"{path}[{i}]")
+    if len(set(roles)) != len(roles):
+        raise BadRequest("a role is listed twice", path)
+
+
+def _hf_models(models: list, path: str) -> None:
+    if len(models) > facts.MAX_HF_MODELS:
+        raise BadRequest(f"at most {facts.MAX_HF_MODELS} models", path)
+    seen = set()
+    for i, model in enumerate(models):
+        ipath = f"{path}[{i}]"
+        _fields(model, HF_MODEL_FIELDS, ipath)
+        repo = model["repo"]
+        if not facts.HF_REPO.fullmatch(repo):
+            raise BadRequest("repo must be a Hugging Face repository id, org/name",
+                             join(ipath, "repo"))
+        if repo in seen:
+            raise BadRequest(f"{repo!r} is listed twice", join(ipath, "repo"))
+        seen.add(repo)
 
 
 def _cpus(cpus: list, path: str) -> None:
