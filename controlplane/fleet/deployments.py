@@ -46,6 +46,7 @@ from controlplane.fleet.models import (
     DeploymentState,
     Gpu,
     Host,
+    Service,
 )
 
 # What the operator sets; everything else on a Deployment is reported or bookkeeping.
@@ -75,6 +76,25 @@ MAX_TMPDIR = 107 - 1 - 36
 class CodeNotPermitted(ValidationError):
     """A change that would make the deployment load code the writer chose, by a writer without
     fleet.deploy_code; keyed by field like a ValidationError (the API answers 403)."""
+
+
+class OwnedByService(ValidationError):
+    """A change to a service's replica made as to a deployment of its own: a replica changes
+    only through its service (services.py passes ``owner=``), keyed ``service``."""
+
+
+def _check_owner(deployment: Deployment, owner) -> None:
+    """Refuse the change of a replica unless its own service makes it. The stored row counts
+    as much as the instance: clearing ``service`` on an instance frees nothing."""
+    stored = (Deployment.objects.filter(pk=deployment.pk).values_list("service_id", flat=True)
+              .first() if deployment.pk is not None else None)
+    service_id = stored or deployment.service_id
+    if service_id is None or (owner is not None and owner.pk == service_id):
+        return
+    name = Service.objects.filter(pk=service_id).values_list("name", flat=True).first()
+    raise OwnedByService({"service": [
+        f"replica of service {name!r}: change the service instead "
+        f"(/api/v1/services/{service_id}/)"]})
 
 
 def desired_config(deployment: Deployment) -> dict:
@@ -119,32 +139,36 @@ def check(deployment: Deployment) -> None:
     """Raise a ValidationError keyed by field when the desired config cannot run."""
     errors: dict[str, list[str]] = {}
     host = Host.objects.filter(pk=deployment.host_id).only("cpu_count", "numa_nodes").first()
-    for field, problems in (("model", _model_errors(deployment.model)),
-                            ("args", _arg_errors(deployment)),
+    for field, problems in (("model", model_errors(deployment.model)),
+                            ("args", arg_errors(deployment.args, deployment.vllm_version)),
                             ("gpu_indices", _gpu_errors(deployment)),
-                            ("port", _port_errors(deployment.port)),
+                            ("port", port_errors(deployment.port)),
                             ("cpus", _cpu_errors(deployment, host)),
                             ("numa_node", _numa_errors(deployment, host)),
-                            ("env", _env_errors(deployment.env)),
-                            ("drain_timeout_s", _drain_errors(deployment.drain_timeout_s))):
+                            ("env", env_errors(deployment.env)),
+                            ("drain_timeout_s", drain_errors(deployment.drain_timeout_s))):
         if problems:
             errors[field] = problems
     if errors:
         raise ValidationError(errors)
 
 
-def _model_errors(model) -> list[str]:
+# The checks below serve services too (services.check): a service's replica config is a
+# deployment's, less the host, GPUs, port and CPUs that placement chooses.
+
+
+def model_errors(model) -> list[str]:
     if isinstance(model, str) and vllm_args.option_like(model):
         return [f"{model!r} would be read as an option (it starts with '-'): give the model's "
                 "name or path"]
     return []
 
 
-def _arg_errors(d: Deployment) -> list[str]:
-    if not isinstance(d.args, dict):
+def arg_errors(args, vllm_version: str) -> list[str]:
+    if not isinstance(args, dict):
         return ['must be a JSON object of vLLM arguments, e.g. {"max_num_seqs": 256}']
     return [f"{e.arg}: {e.message}" if e.arg else e.message
-            for e in vllm_args.validate(d.args, d.vllm_version)]
+            for e in vllm_args.validate(args, vllm_version)]
 
 
 def world_size(args: dict) -> int:
@@ -191,7 +215,7 @@ def _gpus_taken(d: Deployment, indices: list[int]) -> list[str]:
             for i in indices if i in (theirs or [])]
 
 
-def _port_errors(port: int) -> list[str]:
+def port_errors(port: int) -> list[str]:
     return [] if 1024 <= port <= 65535 else ["must be between 1024 and 65535"]
 
 
@@ -217,7 +241,7 @@ def _numa_errors(d: Deployment, host: Host | None) -> list[str]:
     return []
 
 
-def _env_errors(env) -> list[str]:
+def env_errors(env) -> list[str]:
     if not isinstance(env, dict):
         return ['must be a JSON object of strings, e.g. {"VLLM_LOGGING_LEVEL": "INFO"}']
     if len(env) > MAX_ENV_VARS:
@@ -245,7 +269,7 @@ def _env_errors(env) -> list[str]:
     return errors
 
 
-def _drain_errors(seconds: int) -> list[str]:
+def drain_errors(seconds: int) -> list[str]:
     return [] if 1 <= seconds <= MAX_DRAIN_S else [f"must be between 1 and {MAX_DRAIN_S}"]
 
 
@@ -316,10 +340,13 @@ def _stored(deployment: Deployment) -> dict | None:
 
 
 @transaction.atomic
-def save(deployment: Deployment, author=None, reason: str = "") -> DeploymentRevision | None:
+def save(deployment: Deployment, author=None, reason: str = "",
+         owner=None) -> DeploymentRevision | None:
     """Check and store a new or changed deployment as a new revision; None when nothing of the
     desired config changed (no revision, nothing for the agent to do). An env value of
-    REDACTED keeps the stored value; CodeNotPermitted when `author` may not make the change."""
+    REDACTED keeps the stored value; CodeNotPermitted when `author` may not make the change;
+    OwnedByService for a service's replica unless `owner` is that service."""
+    _check_owner(deployment, owner)
     # The host's row lock orders concurrent changes: two deployments cannot both take a GPU.
     Host.objects.select_for_update().filter(pk=deployment.host_id).first()
     before = _stored(deployment)
@@ -332,7 +359,7 @@ def save(deployment: Deployment, author=None, reason: str = "") -> DeploymentRev
     if before is not None and not changed:
         return None
     if before is not None and "env" in changed:
-        changed += [f"env.{k}" for k in _env_diff(before.get("env") or {}, after["env"])]
+        changed += [f"env.{k}" for k in env_diff(before.get("env") or {}, after["env"])]
     deployment.revision = 1 if deployment.pk is None else deployment.revision + 1
     deployment.updated_at = timezone.now()
     deployment.save()
@@ -342,22 +369,30 @@ def save(deployment: Deployment, author=None, reason: str = "") -> DeploymentRev
         config=desired_config(deployment), changed=changed, author=author, reason=reason)
 
 
-def _env_diff(old: dict, new: dict) -> list[str]:
+def env_diff(old: dict, new: dict) -> list[str]:
     """The variables added, removed or given another value: revisions show which, not how."""
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def lost_env(revision_env, held) -> list[str]:
+    """The variables a revision sets whose value is gone: revisions keep REDACTED only, and
+    the deployment (or service) no longer holds a value to keep."""
+    held = held if isinstance(held, dict) else {}
+    return sorted(k for k, v in (revision_env if isinstance(revision_env, dict) else {}).items()
+                  if v == REDACTED and k not in held)
 
 
 @transaction.atomic
 def revert(deployment: Deployment, revision: int, author=None,
            reason: str = "") -> DeploymentRevision | None:
-    """A new revision with the desired config of an earlier one."""
+    """A new revision with the desired config of an earlier one (a replica's: refused, its
+    service has revisions of its own)."""
+    _check_owner(deployment, None)
     old = DeploymentRevision.objects.filter(deployment=deployment, revision=revision).first()
     if old is None:
         raise ValidationError({"revision": [f"deployment {deployment.name!r} has no revision "
                                             f"{revision}"]})
-    env = old.config.get("env")
-    if lost := sorted(k for k, v in (env if isinstance(env, dict) else {}).items()
-                      if v == REDACTED and k not in (deployment.env or {})):
+    if lost := lost_env(old.config.get("env"), deployment.env):
         raise ValidationError({"env": [
             f"{', '.join(lost)}: revision {revision} does not keep env values (they are "
             "write-only) and the deployment no longer holds one: set it first, then revert"]})
@@ -367,8 +402,10 @@ def revert(deployment: Deployment, revision: int, author=None,
 
 
 @transaction.atomic
-def delete(deployment: Deployment) -> None:
-    """The agent stops it at its next config fetch: it is no longer in the host's config."""
+def delete(deployment: Deployment, owner=None) -> None:
+    """The agent stops it at its next config fetch: it is no longer in the host's config.
+    OwnedByService for a service's replica unless `owner` is that service."""
+    _check_owner(deployment, owner)
     host_id = deployment.host_id
     deployment.delete()
     _bump(host_id)
