@@ -1,12 +1,13 @@
-"""`PITWALL_REAL_VLLM=1 make run`: one more host whose agent runs a real vLLM.
+"""`PITWALL_REAL_VLLM=1 make run`: one more host whose agent runs a real vLLM service.
 
 The host is this machine under its own hostname. Its agent runs with ``--supervise`` and the
 real ``vllm serve`` of the environment `make real-vllm` installed (``PITWALL_VLLM_VENV``), and
-serves the tiny model made there (``PITWALL_TINY_MODEL``) through a normal deployment, so the
-dashboard shows a real engine beside the simulated fleet. The GPU collector is the real NVML
-one where the NVIDIA driver is installed; elsewhere the agent runs with ``--gpu-backend none``,
-the host shows no GPUs (true), and the deployment runs vLLM's CPU build with
-``gpu_indices: []``. vLLM's own ``vllm bench serve`` keeps it busy.
+with ``--router``: it serves the tiny model made there (``PITWALL_TINY_MODEL``) as a service of
+two replicas behind vLLM's router, so the dashboard shows real engines beside the simulated
+fleet, and a change to the service rolls through them while the load goes on. The GPU
+collector is the real NVML one where the NVIDIA driver is installed; elsewhere the agent runs
+with ``--gpu-backend none``, the host shows no GPUs (true), and the replicas run vLLM's CPU
+build with ``gpu_indices: []``. vLLM's own ``vllm bench serve`` keeps the router busy.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.children import Child, python
-from controlplane.fleet import deployments
-from controlplane.fleet.models import Deployment, Host
+from controlplane.fleet import services
+from controlplane.fleet.models import Host, Service
 
 VLLM_VERSION = "0.32.0"  # what tests/real_vllm/install.sh installs
 SERVED_NAME = "pitwall-tiny-llama"
-DEPLOYMENT_NAME = "tiny-llama-real"
+SERVICE_NAME = "tiny-llama-real"
+REPLICAS = 2
+# The replicas' ports, placed by Pitwall: the router takes the demo's port, below them.
+REPLICA_PORTS = 20
 # The tiny model's engine: no CUDA graphs on a CPU, float32 (the CPU backend's fast path), a
 # context its positions cover, KV-cache blocks in multiples of 32 (the CPU backend's rule).
 ARGS = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512, "block_size": 32,
@@ -67,7 +71,8 @@ class RealVllmDemo:
         return Child("real-vllm-agent", [
             python(), "-m", "agents", "run", "--server", url, "--token-file", str(token_file),
             "--hostname", self.hostname, "--gpu-backend", self.gpu_backend,
-            "--supervise", "--vllm-command", vllm,
+            "--supervise", "--vllm-command", vllm, "--router",
+            "--port-range", f"{self.port + 1}-{self.port + REPLICA_PORTS}",
             "--interval", "1", "--spool-dir", str(self.workdir / "spool")])
 
     def load_generator(self) -> Child:
@@ -83,13 +88,13 @@ class RealVllmDemo:
         loop = f"while :; do {bench} >> {log} 2>&1 || sleep 5; done"
         return Child("real-vllm-load", ["bash", "-c", loop], env={"HF_HUB_OFFLINE": "1"})
 
-    def ensure_deployment(self) -> bool:
-        """The demo deployment, once the agent has reported its host; an existing one is left
+    def ensure_service(self) -> bool:
+        """The demo service, once the agent has reported its host; an existing one is left
         as the operator left it. False while the host has not reported yet."""
         host = Host.objects.filter(hostname=self.hostname).first()
-        if host is None:
+        if host is None or "router" not in (host.inventory.get("roles") or []):
             return False
-        if not Deployment.objects.filter(host=host, name=DEPLOYMENT_NAME).exists():
+        if not Service.objects.filter(name=SERVICE_NAME).exists():
             scratch = self.workdir / "engine"
             # vLLM's ZMQ sockets go in TMPDIR and must fit a 107-character path: the checkout
             # may be deep, so they get a short directory of their own.
@@ -98,13 +103,15 @@ class RealVllmDemo:
                    "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor")}
             for path in (sockets, scratch / "cache", scratch / "inductor"):
                 path.mkdir(parents=True, exist_ok=True)
-            deployments.save(Deployment(
-                host=host, name=DEPLOYMENT_NAME, model=str(self.model), port=self.port,
-                gpu_indices=[], args=ARGS, vllm_version=VLLM_VERSION, env=env,
-                drain_timeout_s=10), reason="make run: the real vLLM demo deployment")
+            services.save(Service(
+                name=SERVICE_NAME, model=str(self.model), vllm_version=VLLM_VERSION, args=ARGS,
+                env=env, replicas=REPLICAS, selector={}, router_host=host,
+                router_port=self.port, drain_timeout_s=30),
+                reason="make run: the real vLLM demo service")
         return True
 
     def banner(self, url: str) -> str:
-        return (f"  Real vLLM: host {self.hostname} runs vLLM {VLLM_VERSION} (CPU build) serving "
-                f"the tiny model on port {self.port}, loaded by `vllm bench serve` "
-                f"({LOAD['rate']} req/s): {url}/deployments/")
+        return (f"  Real vLLM: host {self.hostname} runs vLLM {VLLM_VERSION} (CPU build): service "
+                f"{SERVICE_NAME}, {REPLICAS} replicas of the tiny model behind vLLM's router on "
+                f"port {self.port}, loaded by `vllm bench serve` ({LOAD['rate']} req/s): "
+                f"{url}/services/")

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 from agents import vllm_args
 from agents.children import Child, Stack, python
 from agents.sim.fleet import BASE_PORT, host_name
+from controlplane.devstack import service_demo
 from controlplane.devstack.real_vllm_demo import NotInstalled, RealVllmDemo
 from controlplane.fleet import deployments
 from controlplane.fleet.models import AgentToken, Deployment, Gpu, Host
@@ -90,6 +91,7 @@ class Command(BaseCommand):
                 "--state-dir", str(var / "sim-fleet"), "--supervise"]))
             stack.start()
             self._demo_deployments(opts["sim_hosts"], opts["sim_gpus"])
+            self._demo_service(stack, url, var)
         real = self._real_vllm(stack, url, var) if opts["real_vllm"] else None
         self._banner(url, opts["sim_hosts"], opts["sim_gpus"], real)
         raise SystemExit(stack.supervise())
@@ -104,13 +106,31 @@ class Command(BaseCommand):
         stack.children += [demo.agent(url, token_file), demo.load_generator()]
         stack.start()
         deadline = time.monotonic() + INVENTORY_WAIT_S
-        while not demo.ensure_deployment():
+        while not demo.ensure_service():
             if time.monotonic() > deadline:
                 self.stderr.write(f"pitwall: {demo.hostname} did not report in "
-                                  f"{INVENTORY_WAIT_S:.0f} s: no real vLLM deployment created")
+                                  f"{INVENTORY_WAIT_S:.0f} s: no real vLLM service created")
                 return None
             time.sleep(1.0)
         return demo
+
+    def _demo_service(self, stack: Stack, url: str, var: Path) -> None:
+        """The router's host and its agent, the demo service once that host has reported,
+        and the clients that load the service through its router."""
+        workdir = var / "sim-router"
+        token = self._tokens(workdir / "tokens", [service_demo.ROUTER_HOSTNAME])
+        stack.children.append(service_demo.router_agent(
+            url, token[service_demo.ROUTER_HOSTNAME], workdir))
+        stack.start()
+        deadline = time.monotonic() + INVENTORY_WAIT_S
+        while not service_demo.ensure_service():
+            if time.monotonic() > deadline:
+                self.stderr.write(f"pitwall: {service_demo.ROUTER_HOSTNAME} did not report in "
+                                  f"{INVENTORY_WAIT_S:.0f} s: no demo service created")
+                return
+            time.sleep(1.0)
+        stack.children.append(service_demo.load_generator())
+        stack.start()
 
     def _tokens(self, token_dir: Path, hostnames: list[str]) -> dict[str, Path]:
         """One agent token per host, kept in files its agent reads (mode 600); a file whose
@@ -147,10 +167,13 @@ class Command(BaseCommand):
             return False
         if Deployment.objects.filter(host=host).exists():
             return True
-        args = {"tensor_parallel_size": gpus, "max_num_seqs": 128, **DEMO_ARGS.get(i, {})}
+        # Half the GPUs: the demo service's replicas take the other half.
+        standalone = max(1, gpus // 2)
+        args = {"tensor_parallel_size": standalone, "max_num_seqs": 128,
+                **DEMO_ARGS.get(i, {})}
         deployments.save(Deployment(
             host=host, name="llama-70b", model="meta-llama/Llama-3.1-70B-Instruct",
-            port=BASE_PORT + i, gpu_indices=list(range(gpus)), args=args,
+            port=BASE_PORT + i, gpu_indices=list(range(standalone)), args=args,
             vllm_version=vllm_args.DEFAULT_VERSION,
             env={"PITWALL_SIM_LOAD": str(DEMO_LOAD.get(i, 4.0)), "PITWALL_SIM_SEED": str(i)},
             drain_timeout_s=10), reason="make run: the simulated fleet's demo deployment")
@@ -165,6 +188,9 @@ class Command(BaseCommand):
             f"  API docs:  {url}/api/v1/docs/",
             f"  Simulated fleet: {hosts} hosts x {gpus} simulated GPUs; each agent runs its "
             f"host's deployment (a simulated vLLM): {url}/deployments/",
+            f"  Service {service_demo.SERVICE_NAME}: {service_demo.REPLICAS} simulated "
+            f"replicas behind vLLM's router on port {service_demo.router_port()}, under "
+            f"steady load: {url}/services/",
             *([real.banner(url)] if real else []),
             "  Ctrl-C stops every process.",
             "",

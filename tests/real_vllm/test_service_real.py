@@ -1,0 +1,219 @@
+"""A service of two real vLLM replicas behind a real vllm-router, under steady client load
+through the router: a change rolls through both without one failed request at the client, and
+a replica whose EngineCore is stopped (SIGSTOP: /health still answers 200) leaves the router's
+rotation within seconds of Pitwall's stall verdict.
+
+The whole path is real: the control plane's ASGI server, the agent (``--supervise --router``)
+supervising both vLLMs and the router, the router's worker list changed live by the agent, and
+the controller's ticks (run here on a thread, as beat runs them every 2 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+import pytest
+from django.db import connection
+
+from controlplane.fleet import tasks
+from controlplane.fleet.models import (
+    Deployment,
+    Host,
+    Rollout,
+    Service,
+    ServiceEvent,
+    ServiceEventKind,
+)
+from tests.real_vllm.engine import VERSION, engine_vars
+from tests.real_vllm.service_load import ServiceLoad, ttft_p99
+from tests.support.live import Process, free_port, start_server
+from tests.support.polling import wait_until
+from tests.tuning.loop import agent_token_file, staff_api
+
+pytestmark = pytest.mark.real_vllm
+ARGS = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512, "block_size": 32,
+        "max_num_seqs": 8}
+STEADY = 24  # requests answered before the change, and after the rollout: steady state
+TICK_S = 1.0
+
+
+class Controller:
+    """The controller's tick on a thread of its own, as beat would run it; errors are kept."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Controller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(TICK_S):
+                try:
+                    tasks.service_controller()
+                except Exception as exc:  # noqa: BLE001 -- kept, and failed on by the test
+                    self.errors.append(repr(exc))
+        finally:
+            connection.close()
+
+
+@pytest.fixture
+def service_stack(empty_samples, tmp_path, settings, vllm_install):
+    settings.PITWALL = {**settings.PITWALL, "SERVICE_STALL_S": 5, "ROLLOUT_CHECK_S": 15}
+    api = staff_api()
+    token_file = agent_token_file(tmp_path, "cpu-host")
+    port, base = free_port(), free_port()
+    server = start_server(port, tmp_path / "server.log")
+    agent = Process([sys.executable, "-m", "agents", "run", "--server",
+                     f"http://127.0.0.1:{port}", "--token-file", str(token_file),
+                     "--hostname", "cpu-host", "--gpu-backend", "none", "--supervise",
+                     "--vllm-command", f"{vllm_install.vllm} serve", "--router",
+                     "--router-command", str(Path(sys.executable).parent / "vllm-router"),
+                     "--port-range", f"{base}-{base + 9}", "--interval", "1",
+                     "--spool-dir", str(tmp_path / "spool")], log=tmp_path / "agent.log")
+    controller = Controller().start()
+    yield api, agent, controller
+    controller.stop()
+    agent.stop(timeout=120)
+    server.stop()
+
+
+def explain(agent: Process, name: str = "tiny"):
+    def text() -> str:
+        service = Service.objects.filter(name=name).first()
+        replicas = list(Deployment.objects.filter(service=service).values(
+            "replica", "state", "revision", "running_revision", "in_rotation",
+            "rotation_note", "error")) if service else []
+        events = list(ServiceEvent.objects.filter(service=service).values_list(
+            "kind", "message")[:12]) if service else []
+        rollouts = list(Rollout.objects.filter(service=service).values(
+            "state", "phase", "detail")) if service else []
+        router = service.router_status if service else {}
+        return (f"{agent.output()[-4000:]}\nreplicas: {replicas}\nevents: {events}\n"
+                f"rollouts: {rollouts}\nrouter: {json.dumps(router)[:1500]}")
+    return text
+
+
+def router_workers(port: int) -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=5) as reply:
+        return [w["url"] for w in json.loads(reply.read())["workers"]]
+
+
+def serving(service: Service, count: int, revision: int) -> bool:
+    replicas = Deployment.objects.filter(service=service, state="ready", in_rotation=True,
+                                         running_revision__gte=1)
+    ready = [d for d in replicas if d.revision == d.running_revision]
+    try:
+        listed = router_workers(service.router_port)
+    except OSError:
+        return False
+    return service.revision == revision and len(ready) == count and len(listed) == count
+
+
+def engine_core(pid: int) -> psutil.Process:
+    """The EngineCore process of the vLLM API server ``pid``."""
+    for child in psutil.Process(pid).children(recursive=True):
+        if "EngineCore" in child.name() or "EngineCore" in " ".join(child.cmdline()):
+            return child
+    raise AssertionError(f"no EngineCore under {pid}")
+
+
+def test_a_change_rolls_through_real_replicas_without_a_failed_request_and_a_stalled_one_leaves(
+        service_stack, vllm_install, tmp_path):
+    api, agent, controller = service_stack
+    host = wait_until(lambda: Host.objects.filter(
+        hostname="cpu-host", inventory__roles__contains=["router"]).first(), 120,
+        agent.output)
+    router_port = free_port()
+    made = api.post("/api/v1/services/", {
+        "name": "tiny", "model": str(vllm_install.model), "vllm_version": VERSION,
+        "args": ARGS, "env": engine_vars(tmp_path / "engine"), "replicas": 2,
+        "router_host": host.pk, "router_port": router_port, "drain_timeout_s": 30},
+        format="json")
+    assert made.status_code == 201, made.json()
+    service = Service.objects.get(pk=made.json()["id"])
+    wait_until(lambda: serving(Service.objects.get(pk=service.pk), 2, 1), 600,
+               explain(agent), every=2)
+
+    load = ServiceLoad(f"http://127.0.0.1:{router_port}", str(vllm_install.model)).start()
+    try:
+        answered(load, time.time(), agent)
+        changed_at = time.time()
+        patched = api.patch(f"/api/v1/services/{service.pk}/",
+                            {"args": {**ARGS, "max_num_seqs": 16},
+                             "reason": "more sequences per step"}, format="json")
+        assert patched.status_code == 200, patched.json()
+        rollout = wait_until(lambda: Rollout.objects.filter(
+            service=service, to_revision=2).exclude(state="running").first(), 900,
+            explain(agent), every=2)
+        rolled_at = time.time()
+        assert rollout.state == "succeeded", explain(agent)()
+        answered(load, rolled_at, agent)
+        stall = stall_one_replica(service, load, agent)
+    finally:
+        load.stop()
+    assert controller.errors == [], controller.errors
+
+    steady = load.between(0, changed_at)
+    during = load.between(changed_at, rolled_at)
+    failed = load.failed(0, stall["stopped_at"])
+    figures = {
+        "requests": len(load.between(0, stall["stopped_at"])), "failed": len(failed),
+        "rollout_s": round(rolled_at - changed_at, 1),
+        "ttft_p99_steady_s": ttft_p99(steady), "ttft_p99_rollout_s": ttft_p99(during),
+        "requests_during_rollout": len(during), **stall["figures"]}
+    print(f"\nreal service: {figures}")
+    if out := os.environ.get("PITWALL_SERVICE_FIGURES"):
+        Path(out).write_text(json.dumps(figures, indent=2))
+    assert failed == [], [f.error for f in failed[:10]]
+    for d in Deployment.objects.filter(service=service):
+        assert d.running_revision == d.revision and "--max-num-seqs" in d.running_argv
+        assert d.running_argv[d.running_argv.index("--max-num-seqs") + 1] == "16"
+    assert stall["figures"]["out_of_rotation_s"] is not None, explain(agent)()
+
+
+def answered(load: ServiceLoad, since: float, agent: Process) -> None:
+    """Wait for STEADY requests sent since ``since`` to be answered: a span of steady load."""
+    wait_until(lambda: len(load.between(since, float("inf"))) >= STEADY, 300, agent.output,
+               every=1)
+
+
+def stall_one_replica(service: Service, load: ServiceLoad, agent: Process) -> dict:
+    """SIGSTOP one replica's EngineCore under load; when the router stops listing it, and what
+    Pitwall recorded. The EngineCore is continued afterwards, so the held requests finish."""
+    victim = Deployment.objects.filter(service=service).order_by("replica").first()
+    url = f"http://{victim.host.inventory.get('address', '127.0.0.1')}:{victim.port}"
+    core = engine_core(victim.pid)
+    core.send_signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    try:
+        wait_until(lambda: url not in router_workers(service.router_port), 300,
+                   explain(agent), every=0.2)
+        out_at = time.time()
+        event = wait_until(lambda: ServiceEvent.objects.filter(
+            service=service, deployment=victim, kind=ServiceEventKind.OUT_OF_ROTATION,
+            at__gte=datetime.fromtimestamp(stopped_at, UTC)).first(), 30, explain(agent))
+    finally:
+        core.send_signal(signal.SIGCONT)
+    verdict_at = event.at.timestamp()
+    return {"stopped_at": stopped_at, "figures": {
+        "stall_to_verdict_s": round(verdict_at - stopped_at, 1),
+        "verdict_to_router_s": round(out_at - verdict_at, 1),
+        "out_of_rotation_s": round(out_at - stopped_at, 1),
+        "held_requests": event.data.get("held_requests"),
+        "failed_while_stalled": len(load.failed(stopped_at, out_at + 5))}}
