@@ -22,6 +22,7 @@ from controlplane.api.views.export import PrometheusExportView
 from controlplane.api.views.gpus import GpuViewSet
 from controlplane.api.views.hosts import HostViewSet
 from controlplane.api.views.series import SeriesView
+from controlplane.api.views.services import ServiceViewSet
 from controlplane.api.views.suggestions import SuggestionViewSet
 from controlplane.api.views.tokens import AgentTokenViewSet, ApiTokenViewSet
 from controlplane.api.views.users import UserViewSet
@@ -32,6 +33,7 @@ router.register("hosts", HostViewSet, basename="host")
 router.register("gpus", GpuViewSet, basename="gpu")
 router.register("engines", EngineViewSet, basename="engine")
 router.register("deployments", DeploymentViewSet, basename="deployment")
+router.register("services", ServiceViewSet, basename="service")
 router.register("suggestions", SuggestionViewSet, basename="suggestion")
 router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
 router.register("alerts", AlertViewSet, basename="alert")

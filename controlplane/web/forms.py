@@ -18,8 +18,8 @@ from agents import vllm_args
 from agents.protocol import METRICS
 from controlplane.alerts.models import AlertRule, Op
 from controlplane.alerts.silences import validate_matchers
-from controlplane.fleet import deployments
-from controlplane.fleet.models import Deployment, Host
+from controlplane.fleet import deployments, host_labels, placement, services
+from controlplane.fleet.models import Deployment, Host, Service
 
 # "label=value", "label!=value", "label=~regex", "label!~regex": longest operators first.
 MATCHER_LINE = re.compile(r"^\s*(\w+)\s*(!=|=~|!~|=)\s*(.*?)\s*$")
@@ -355,3 +355,143 @@ class DeploymentForm(forms.ModelForm):
             deployments.check(self.instance)
         except ValidationError as exc:
             self.add_error(None, exc)  # keyed by field: each under its own
+
+
+# --- Services and host labels --------------------------------------------------------------
+# As for deployments: the form reads what is typed (flags, NAME=value and key=value lines)
+# into the values the API takes; ``services.check`` and ``host_labels.check`` say what is wrong
+# with them, in the API's words.
+
+# key=value lines: every label a host may hold, at their longest.
+MAX_LABEL_TEXT = host_labels.MAX_LABELS * (host_labels.MAX_KEY + host_labels.MAX_VALUE + 2)
+
+
+class LabelLinesField(forms.CharField):
+    """Labels, one key=value a line, kept as a dict; blank is none."""
+
+    widget = forms.Textarea(attrs={"rows": 3, "placeholder": "pool=online\nzone=rack-3"})
+
+    def prepare_value(self, value):
+        return host_labels.lines(value) if isinstance(value, dict) else value
+
+    def to_python(self, value) -> dict[str, str]:
+        if self.max_length is not None and len(value or "") > self.max_length:
+            raise ValidationError(f"at most {self.max_length} characters")
+        return host_labels.parse_lines(value or "")
+
+
+class HostLabelsForm(forms.Form):
+    labels = LabelLinesField(
+        required=False, label="Labels", max_length=MAX_LABEL_TEXT,
+        help_text=f"one key=value a line, at most {host_labels.MAX_LABELS}; they override the "
+                  "agent's labels of the same key; services' selectors match them")
+
+    def clean_labels(self) -> dict[str, str]:
+        try:
+            return host_labels.check(self.cleaned_data["labels"])
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["labels"]) from None
+
+
+def router_hosts(current: Host | None) -> list[int]:
+    """Ids of the hosts whose agents run with --router (and the service's own router host,
+    which may have lost the role: the form must still show what the service holds)."""
+    ids = [h.pk for h in Host.objects.only("id", "inventory").order_by("hostname")
+           if "router" in placement.roles(h.inventory)]
+    return ids + ([current.pk] if current is not None and current.pk not in ids else [])
+
+
+class ServiceForm(forms.ModelForm):
+    """Create or change a service. Shapes are read here; `_post_clean` runs the service's
+    checks (``services.check``) on the draft, keyed as the API's 400; the view saves through
+    ``services.save`` (placement, rollouts, the deploy_code rule)."""
+
+    vllm_version = forms.CharField(
+        max_length=32, initial=vllm_args.DEFAULT_VERSION, label="vLLM version",
+        widget=forms.TextInput(attrs={"list": "vllm-versions"}),
+        help_text=f"the vLLM release on the hosts; known: {', '.join(vllm_args.KNOWN_VERSIONS)}")
+    args = VllmArgsField(
+        required=False, label="vLLM arguments", max_length=MAX_ARGS_TEXT,
+        help_text='a JSON object, e.g. {"max_num_seqs": 256}, or flags, e.g. --max-num-seqs '
+                  "256; each replica takes tensor x pipeline x data parallel size GPUs")
+    env = EnvLinesField(
+        required=False, label="Environment", max_length=MAX_ENV_TEXT,
+        help_text=f"one NAME=value a line, for every replica; values are write-only: "
+                  f"{deployments.REDACTED} keeps the value held")
+    selector = LabelLinesField(
+        required=False, label="Host selector", max_length=MAX_LABEL_TEXT,
+        help_text="host labels a replica's host must carry, one key=value a line; blank: "
+                  "any host")
+    reason = forms.CharField(required=False, max_length=1000, label="Reason",
+                             widget=forms.TextInput(attrs={"size": 60}),
+                             help_text="why: kept with the revision")
+
+    class Meta:
+        model = Service
+        fields = ["name", "model", "vllm_version", "replicas", "args", "env",
+                  "drain_timeout_s", "selector", "gpu_model", "router_host", "router_port",
+                  "router_policy", "strategy", "max_unavailable", "max_surge",
+                  "canary_window_s"]
+        labels = {"drain_timeout_s": "Drain timeout (s)", "gpu_model": "GPU model",
+                  "canary_window_s": "Canary window (s)", "router_host": "Router host",
+                  "max_unavailable": "Max unavailable", "max_surge": "Max surge"}
+        help_texts = {
+            "name": "a-z, 0-9 and -; its replicas are named <name>-<slot>; fixed once "
+                    "created",
+            "model": "what each replica's vllm serve loads, e.g. "
+                     "meta-llama/Llama-3.1-8B-Instruct",
+            "replicas": "how many replicas Pitwall places and keeps running",
+            "gpu_model": "a part of the GPUs' name, e.g. H100; blank: any GPU",
+            "router_host": "the host whose agent (run with --router) runs vllm-router for "
+                           "the service; blank: no router",
+            "router_port": "the router's port on that host",
+            "router_policy": "how vllm-router picks a replica for each request",
+            "strategy": "rolling: one replica after another; canary: one first, compared "
+                        "over the canary window",
+            "max_unavailable": "replicas a rollout may take out of the router at once",
+            "max_surge": "extra replicas a rollout may start where spare GPUs allow",
+            "drain_timeout_s": "how long a restart lets running requests finish",
+        }
+        widgets = {"model": forms.TextInput(attrs={"size": 60})}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        held = self.instance.router_host if self.instance.router_host_id else None
+        field = self.fields["router_host"]
+        field.queryset = Host.objects.filter(pk__in=router_hosts(held)).order_by("hostname")
+        field.empty_label = "– no router –"
+        # Replicas are named after the service: a name, once given, stays.
+        self.fields["name"].disabled = self.instance.pk is not None
+        self.held_env = dict(self.instance.env or {}) if self.instance.pk else {}
+        if not self.instance.vllm_version:
+            self.initial["vllm_version"] = vllm_args.DEFAULT_VERSION
+
+    def clean_args(self) -> object:
+        version = self.cleaned_data.get("vllm_version") or vllm_args.DEFAULT_VERSION
+        return args_from_text(self.cleaned_data.get("args") or "", version)
+
+    def clean_env(self) -> object:
+        return deployments.resolve_env(self.cleaned_data.get("env"), self.held_env)
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the draft is self.instance now; model fields, uniqueness
+        if self.errors:
+            return
+        try:
+            services.check(self.instance)
+        except ValidationError as exc:
+            add_errors(self, exc)
+
+
+def add_errors(form: forms.BaseForm, exc: ValidationError) -> None:
+    """Each message under its field; one keyed by a name the form has no field for (a
+    replica's, placement's) on top, with the name."""
+    if not hasattr(exc, "error_dict"):
+        form.add_error(None, exc)
+        return
+    for name, messages in exc.message_dict.items():
+        if name in form.fields:
+            form.add_error(name, messages)
+        else:
+            form.add_error(None, [f"{name}: {m}" if name != "__all__" else m
+                                  for m in messages])

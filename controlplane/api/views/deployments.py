@@ -43,7 +43,10 @@ class DeploymentViewSet(viewsets.ModelViewSet):
         return Deployment.objects.select_related("host").order_by("id")
 
     def perform_destroy(self, instance: Deployment) -> None:
-        deployments.delete(instance)
+        try:
+            deployments.delete(instance)
+        except DjangoValidationError as exc:  # a service's replica: 400 naming the service
+            raise drf_errors(exc) from None
 
     @extend_schema(summary="The deployment's revisions, newest first (100 at most)",
                    responses={200: DeploymentRevisionSerializer(many=True)})

@@ -63,6 +63,12 @@ def share(used, total) -> float:
 
 
 @register.filter
+def words(value) -> str:
+    """A stored code as words: "out_of_router" -> "out of router"."""
+    return str(value or "").replace("_", " ")
+
+
+@register.filter
 def unix(value: datetime | None) -> str:
     return "" if value is None else f"{value.timestamp():.3f}"
 

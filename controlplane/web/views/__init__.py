@@ -30,7 +30,15 @@ from controlplane.web.views.engine import engine
 from controlplane.web.views.fleet import fleet
 from controlplane.web.views.gpu import gpu
 from controlplane.web.views.health import healthz
-from controlplane.web.views.host import host
+from controlplane.web.views.host import host, host_labels_change
+from controlplane.web.views.services import (
+    service,
+    service_delete,
+    service_edit,
+    service_list,
+    service_new,
+    service_revert,
+)
 from controlplane.web.views.silences import silence_expire, silences
 from controlplane.web.views.suggestions import suggestion_action, suggestion_list
 
@@ -41,5 +49,7 @@ __all__ = [
     "alerts", "channel_enable", "channel_test", "channels", "deployment", "deployment_list",
     "deployment_revert", "deployment_new", "deployment_edit", "deployment_enabled",
     "deployment_delete", "engine", "fleet", "gpu", "healthz",
-    "host", "silence_expire", "silences", "suggestion_action", "suggestion_list",
+    "host", "host_labels_change", "service", "service_delete", "service_edit", "service_list",
+    "service_new", "service_revert", "silence_expire", "silences", "suggestion_action",
+    "suggestion_list",
 ]

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from agents import vllm_args
-from controlplane.fleet import deployments
+from controlplane.fleet import deployments, replica_facts
 from controlplane.fleet.models import Deployment, Engine
 from controlplane.web.forms import DeploymentForm
 from controlplane.web.views.access import needs
@@ -38,7 +38,8 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
 
 @deployments_access
 def deployment(request: HttpRequest, deployment_id: int) -> HttpResponse:
-    d = get_object_or_404(Deployment.objects.select_related("host"), pk=deployment_id)
+    d = get_object_or_404(Deployment.objects.select_related("host", "service"),
+                          pk=deployment_id)
     engine = Engine.objects.filter(host_id=d.host_id, name=d.engine_name).first()
     revisions = d.revisions.select_related("author").order_by("-revision")[:REVISIONS_SHOWN]
     suggestions = annotated(d.suggestions.select_related("decided_by")
@@ -46,16 +47,31 @@ def deployment(request: HttpRequest, deployment_id: int) -> HttpResponse:
     config = deployments.desired_config(d)  # env values redacted: write-only
     return render(request, "web/deployments/detail.html", {
         "d": d, "engine": engine, "revisions": revisions,
-        "can_edit": request.user.has_perm(CHANGE),
-        "can_delete": request.user.has_perm(DELETE),
+        # A service's replica changes through its service: the page links there instead.
+        "can_edit": request.user.has_perm(CHANGE) and d.service_id is None,
+        "can_delete": request.user.has_perm(DELETE) and d.service_id is None,
         "config": config, "code_loading": deployments.code_loading(config),
+        "time_to_ready": replica_facts.time_to_ready(d.start_phases),
+        "steps": replica_facts.steps(d.start_phases),
         "suggestions": suggestions})
+
+
+def owned_by_service(request: HttpRequest, d: Deployment) -> HttpResponse | None:
+    """A replica of a service changes only through its service (``deployments.save`` would
+    refuse it): back to its page, with where to go instead; None for any other deployment."""
+    if d.service_id is None:
+        return None
+    messages.error(request, f"{d.name} is a replica of service {d.service.name!r}: change "
+                            f"the service instead.")
+    return redirect(reverse("web:deployment", args=[d.pk]))
 
 
 @deployments_access
 @require_POST
 def deployment_revert(request: HttpRequest, deployment_id: int) -> HttpResponse:
-    d = get_object_or_404(Deployment, pk=deployment_id)
+    d = get_object_or_404(Deployment.objects.select_related("service"), pk=deployment_id)
+    if refused := owned_by_service(request, d):
+        return refused
     try:
         revision = int(request.POST.get("revision", ""))
         made = deployments.revert(d, revision, request.user, request.POST.get("reason", ""))
@@ -74,8 +90,9 @@ def deployment_new(request: HttpRequest) -> HttpResponse:
 
 @change_access
 def deployment_edit(request: HttpRequest, deployment_id: int) -> HttpResponse:
-    return _edit(request, get_object_or_404(Deployment.objects.select_related("host"),
-                                            pk=deployment_id))
+    d = get_object_or_404(Deployment.objects.select_related("host", "service"),
+                          pk=deployment_id)
+    return owned_by_service(request, d) or _edit(request, d)
 
 
 def _edit(request: HttpRequest, d: Deployment) -> HttpResponse:
@@ -127,7 +144,9 @@ def _catalog(version: str) -> list[vllm_args.ArgSpec]:
 def deployment_enabled(request: HttpRequest, deployment_id: int) -> HttpResponse:
     """Disable (the agent drains and stops it, the config is kept) or enable again: a new
     revision like any change."""
-    d = get_object_or_404(Deployment, pk=deployment_id)
+    d = get_object_or_404(Deployment.objects.select_related("service"), pk=deployment_id)
+    if refused := owned_by_service(request, d):
+        return refused
     d.enabled = request.POST.get("enabled") == "1"
     verb = "enabled" if d.enabled else "disabled"
     reason = request.POST.get("reason", "")[:1000] or f"{verb} from the deployment's page"
@@ -144,7 +163,10 @@ def deployment_enabled(request: HttpRequest, deployment_id: int) -> HttpResponse
 @delete_access
 def deployment_delete(request: HttpRequest, deployment_id: int) -> HttpResponse:
     """GET asks for confirmation; POST deletes (the agent drains and stops it)."""
-    d = get_object_or_404(Deployment.objects.select_related("host"), pk=deployment_id)
+    d = get_object_or_404(Deployment.objects.select_related("host", "service"),
+                          pk=deployment_id)
+    if refused := owned_by_service(request, d):
+        return refused
     if request.method != "POST":
         return render(request, "web/deployments/delete.html", {"d": d})
     deployments.delete(d)

@@ -1,0 +1,105 @@
+"""What the service pages and the services API read off a replica: how long its start took,
+phase by phase, and its share of the requests the router processed.
+
+Both read the same stored reports (``Deployment.start_phases``, ``Service.router_status``),
+so the numbers a page shows and the API returns cannot differ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from controlplane.fleet.models import Deployment, Service
+
+# vLLM's start, in the order its log prints them (docs/services.md): the agent reports the
+# unix second of each it read for the running process's current start.
+PHASES = ("process_start", "weights_loaded", "kv_profiled", "graphs_captured", "api_ready")
+PHASE_LABELS = {"process_start": "process started", "weights_loaded": "weights loaded",
+                "kv_profiled": "KV cache profiled", "graphs_captured": "CUDA graphs captured",
+                "api_ready": "API ready"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stretch of a start: from the phase before to ``phase``."""
+
+    phase: str
+    label: str
+    seconds: float
+    share: float  # of the whole start, 0..100, for a bar's segment
+
+
+def _when(phases: object, name: str) -> float | None:
+    value = phases.get(name) if isinstance(phases, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def time_to_ready(phases: object) -> float | None:
+    """Seconds from the process's start to its API answering; None until both are known."""
+    start, ready = _when(phases, "process_start"), _when(phases, "api_ready")
+    if start is None or ready is None or ready < start:
+        return None
+    return round(ready - start, 3)
+
+
+def steps(phases: object) -> list[Step]:
+    """The stretches between the phases reported, in vLLM's order; a phase not reported (or
+    earlier than the one before it) is left out and the next one counts from the last known."""
+    known = [(name, t) for name in PHASES if (t := _when(phases, name)) is not None]
+    stretches, last = [], None
+    for name, t in known:
+        if last is not None and t >= last[1]:
+            stretches.append((name, t - last[1]))
+            last = (name, t)
+        elif last is None:
+            last = (name, t)
+    total = sum(seconds for _, seconds in stretches)
+    return [Step(name, PHASE_LABELS[name], round(seconds, 3),
+                 round(100 * seconds / total, 1) if total > 0 else 0.0)
+            for name, seconds in stretches]
+
+
+def worker_url(replica: Deployment) -> str:
+    """The URL the router knows the replica by: the address its host's agent advertises (else
+    the hostname) and the replica's port, as the router's config lists it."""
+    inventory = replica.host.inventory if isinstance(replica.host.inventory, dict) else {}
+    address = inventory.get("address")
+    if not isinstance(address, str) or not address:
+        address = replica.host.hostname
+    host = f"[{address}]" if ":" in address else address  # an IPv6 address
+    return f"http://{host}:{replica.port}"
+
+
+def per_worker(service: Service) -> dict[str, dict]:
+    """The router's last per-worker counts, {url: {"processed", "running", "healthy"}}."""
+    status = service.router_status if isinstance(service.router_status, dict) else {}
+    metrics = status.get("metrics") if isinstance(status.get("metrics"), dict) else {}
+    workers = metrics.get("per_worker")
+    return {url: counts for url, counts in workers.items()
+            if isinstance(url, str) and isinstance(counts, dict)} if isinstance(
+        workers, dict) else {}
+
+
+def traffic_shares(service: Service, replicas: Iterable[Deployment]) -> dict[int, float | None]:
+    """Each replica's share (0..100) of the requests the router processed, by replica id;
+    None for all when the router reported no counts (no router yet, or none processed)."""
+    counts = per_worker(service)
+    processed = {r.pk: _count(counts.get(worker_url(r), {}).get("processed")) for r in replicas}
+    total = sum(counts_of(counts))
+    if total <= 0:
+        return dict.fromkeys(processed)
+    return {pk: round(100 * n / total, 1) for pk, n in processed.items()}
+
+
+def counts_of(counts: dict[str, dict]) -> list[float]:
+    return [_count(c.get("processed")) for c in counts.values()]
+
+
+def _count(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0.0
+    return max(float(value), 0.0)
