@@ -8,8 +8,11 @@ give the real server. Flags of the simulation only (real vLLM has none): ``--loa
 ``--seed``, ``--startup-seconds``, ``--gpu-indices``, ``--gpu-mem-bytes``,
 ``--cpu-contention`` and ``--cpu-quota``. A deployment run by the agent's supervisor passes
 vLLM's flags only, so the knobs of the load also come from its environment:
-``PITWALL_SIM_LOAD`` (requests/s), ``PITWALL_SIM_SEED`` and ``PITWALL_SIM_CPU_CONTENTION``; a
-flag wins over the variable.
+``PITWALL_SIM_LOAD`` (requests/s), ``PITWALL_SIM_SEED``, ``PITWALL_SIM_CPU_CONTENTION`` and
+``PITWALL_SIM_STARTUP_S`` (how long a start takes; default 0); a flag wins over the variable.
+
+While it starts it prints the lines a GPU vLLM prints (agents/sim/start_lines.py), after the
+banner: the supervisor reads a simulated replica's cold-start phases from them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import threading
 from collections.abc import Sequence
 
 from agents.sim.engine_model import GIB, EngineConfig
+from agents.sim.start_lines import print_start, start_lines
 from agents.sim.vllm_exposition import SpecDecode
 from agents.sim.vllm_server import RunningServer, SimOptions, start
 from agents.vllm_args import serve_default
@@ -56,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
             (("--max-model-len",), int, 8192), (("--gpu-mem-bytes",), int, 80 * GIB),
             (("--load",), float, _env("PITWALL_SIM_LOAD", float, 4.0)),
             (("--seed",), int, _env("PITWALL_SIM_SEED", int, None)),
-            (("--startup-seconds",), float, 0.0), (("--api-server-count", "-asc"), int, 1),
+            (("--startup-seconds",), float, _env("PITWALL_SIM_STARTUP_S", float, 0.0)),
+            (("--api-server-count", "-asc"), int, 1),
             (("--num-gpu-blocks-override",), int, None)):
         p.add_argument(*flags, type=kind, default=default)
     p.add_argument("--gpu-indices", default=None,
@@ -160,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ignored:  # after the banner: readers take the first line as the address
         print(f"pitwall-sim vllm: not simulated, ignored: {' '.join(ignored)}",
               file=sys.stderr, flush=True)
+    _announce_start(server, options, eager="--enforce-eager" in ignored)
     try:
         while not stop.wait(1.0):
             pass
@@ -169,6 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _drain(server, options.shutdown_timeout)
     server.close()
     return 0
+
+
+def _announce_start(server: RunningServer, options: SimOptions, eager: bool) -> None:
+    sim = server.sim
+    lines = start_lines(options.engine, options.startup_seconds, options.host, server.port,
+                        eager)
+    threading.Thread(target=print_start, args=(lines, options.startup_seconds, sim.ready_at,
+                                               os.getpid(), sim.clock, sim.closed),
+                     name="start-lines", daemon=True).start()
 
 
 def _drain(server: RunningServer, timeout_s: float) -> None:

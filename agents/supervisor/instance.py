@@ -22,12 +22,14 @@ few transitions, so one slow deployment never holds up the others in the agent's
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agents.supervisor.backoff import Backoff
 from agents.supervisor.launch import LaunchPlan
+from agents.supervisor.phases import PhaseTail, StartPhases
 from agents.supervisor.process import LogTail, Process
 from agents.supervisor.spec import DeploymentSpec
 
@@ -48,6 +50,7 @@ class Runtime:
     startup_timeout_s: float = 600.0  # real vLLM loads weights and compiles for minutes
     unhealthy_after: int = 3  # failed probes in a row before a ready instance is killed
     stable_after_s: float = 600.0  # ready this long and a crash starts the backoff afresh
+    clock: Callable[[], float] = time.time  # the supervisor's: times the phases' log lines
 
 
 @dataclass
@@ -65,6 +68,7 @@ class Instance:
     argv: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     tail: LogTail = field(default_factory=LogTail)
+    phases: StartPhases | None = None  # the current start's; None before the first
     backoff: Backoff = field(init=False)
     _failed_probes: int = field(default=0, init=False)
     _drain_deadline: float = field(default=0.0, init=False)
@@ -103,6 +107,7 @@ class Instance:
         if self.runtime.probe(self._port):
             self._enter("ready", now)
             self.error, self._failed_probes = None, 0
+            self._note_ready(now)
         elif now - self.since >= self.runtime.startup_timeout_s:
             self._crash(now, f"not healthy {self.runtime.startup_timeout_s:g} s after start")
 
@@ -156,16 +161,23 @@ class Instance:
     def _start(self, now: float) -> None:
         assert self.spec is not None
         self.next_start_at, self.exit_code, self._failed_probes = None, None, 0
+        phases = StartPhases(now, self.runtime.clock)
         try:
-            self.process, plan = self.runtime.launch(self.spec, self.tail)
+            self.process, plan = self.runtime.launch(self.spec, PhaseTail(self.tail, phases))
         except Exception as exc:  # noqa: BLE001 - whatever failed, the state says so
-            self.process = None
+            self.process, self.phases = None, None
             self._crash(now, f"could not start: {exc}")
             return
+        self.phases = phases
         self.argv, self.warnings = plan.argv, plan.warnings
         self.tail.append(f"[pitwall] revision {self.spec.revision} started, "
                          f"pid {self.process.pid}")
         self._enter("starting", now)
+
+    def _note_ready(self, now: float) -> None:
+        assert self.phases is not None and self.spec is not None
+        self.phases.ready(now, "health")  # unless the log said so first
+        self.tail.append(f"[pitwall] revision {self.spec.revision} {self.phases.summary()}")
 
     def _exited(self, now: float) -> bool:
         assert self.process is not None
@@ -217,4 +229,6 @@ class Instance:
                 "restarts": self.restarts, "next_start_at": self.next_start_at,
                 "exit_code": self.exit_code, "error": self.error, "argv": list(self.argv),
                 "log_tail": self.tail.last(STATUS_TAIL_LINES),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings),
+                # The phases of the process that runs (or ran last), whatever state it is in.
+                "phases": {} if self.phases is None else self.phases.snapshot()}

@@ -42,7 +42,7 @@ class Supervisor:
         self.secrets = tuple(secrets)
         self.clock, self.sys_root, self._spawn = clock, sys_root, spawn
         self.runtime = Runtime(self._launch, probe, new_backoff, startup_timeout_s,
-                               unhealthy_after, stable_after_s)
+                               unhealthy_after, stable_after_s, clock)
         self.instances: dict[int, Instance] = {}
 
     def set_desired(self, deployments: list[Mapping[str, Any]]) -> None:

@@ -460,6 +460,11 @@ def record_status(host_id: int, reports: Iterable[dict]) -> int:
     return sum(1 for r in reports if r["id"] in owners)
 
 
+# The phases of a start an agent reports (agents/supervisor/phases.py), in order.
+START_PHASES = ("process_start", "weights_loaded", "kv_profiled", "graphs_captured",
+                "api_ready")
+
+
 def _reported(report: dict) -> dict:
     return {"state": report["state"], "state_since": _when(report.get("since")),
             "running_revision": report.get("revision"), "pid": report.get("pid"),
@@ -468,7 +473,10 @@ def _reported(report: dict) -> dict:
             "next_start_at": _when(report.get("next_start_at")),
             "running_argv": report.get("argv", []),
             "log_tail": report.get("log_tail", [])[-LOG_LINES:],
-            "warnings": report.get("warnings", [])}
+            "warnings": report.get("warnings", []),
+            # An agent from before phases sends none: nothing known of this start.
+            "start_phases": {name: report["phases"][name] for name in START_PHASES
+                             if name in report.get("phases", {})}}
 
 
 def _when(unix: float | None) -> datetime | None:

@@ -17,7 +17,7 @@ from agents.supervisor.process import LogTail
 from agents.supervisor.spec import DeploymentSpec, parse_specs
 
 STATUS_KEYS = {"id", "revision", "state", "since", "pid", "restarts", "next_start_at",
-               "exit_code", "error", "argv", "log_tail", "warnings"}
+               "exit_code", "error", "argv", "log_tail", "warnings", "phases"}
 
 
 def deployment(**overrides: Any) -> dict[str, Any]:

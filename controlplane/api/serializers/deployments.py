@@ -225,6 +225,19 @@ class AgentReportSerializer(serializers.Serializer):
                                      required=False, max_length=500)
     warnings = serializers.ListField(child=serializers.CharField(max_length=1000),
                                      required=False, max_length=50)
+    phases = serializers.DictField(
+        child=UnixTimeField(), required=False,
+        help_text="When each phase of the running process's start ended, unix seconds: "
+                  f"{', '.join(deployments.START_PHASES)} (each optional)")
+
+    def validate_phases(self, phases: dict) -> dict:
+        # The known names only, so the dict is bounded by them (at most 8 ever).
+        unknown = sorted(set(phases) - set(deployments.START_PHASES))
+        if unknown:
+            raise serializers.ValidationError(
+                f"unknown phase {unknown[0][:40]!r}; phases are "
+                f"{', '.join(deployments.START_PHASES)}")
+        return phases
 
 
 class AgentStatusSerializer(serializers.Serializer):
