@@ -46,21 +46,28 @@ def time_to_ready(phases: object) -> float | None:
     return round(ready - start, 3)
 
 
-def steps(phases: object) -> list[Step]:
+def steps(phases: object, scale_s: float | None = None) -> list[Step]:
     """The stretches between the phases reported, in vLLM's order; a phase not reported (or
-    earlier than the one before it) is left out and the next one counts from the last known."""
+    earlier than the one before it) is left out and the next one counts from the last known.
+    Each share is of ``scale_s`` (the slowest start of a page's replicas, so that their bars
+    compare) or, without it, of this start's own length."""
     known = [(name, t) for name in PHASES if (t := _when(phases, name)) is not None]
     stretches, last = [], None
     for name, t in known:
-        if last is not None and t >= last[1]:
-            stretches.append((name, t - last[1]))
-            last = (name, t)
-        elif last is None:
-            last = (name, t)
-    total = sum(seconds for _, seconds in stretches)
+        if last is None:
+            last = t
+        elif t >= last:
+            stretches.append((name, t - last))
+            last = t
+    total = scale_s if scale_s else sum(seconds for _, seconds in stretches)
     return [Step(name, PHASE_LABELS[name], round(seconds, 3),
-                 round(100 * seconds / total, 1) if total > 0 else 0.0)
+                 round(min(100.0, 100 * seconds / total), 1) if total > 0 else 0.0)
             for name, seconds in stretches]
+
+
+def started_s(phases: object) -> float:
+    """Seconds from the first phase reported to the last: how long a bar of its start is."""
+    return sum(step.seconds for step in steps(phases))
 
 
 def worker_url(replica: Deployment) -> str:

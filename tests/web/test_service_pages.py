@@ -260,3 +260,19 @@ def test_an_operator_may_read_labels_but_not_set_them(operator_client, fleet):
 
 def test_the_nav_links_to_services(operator_client, fleet):
     assert '<a href="/services/">Services</a>' in operator_client.get("/").content.decode()
+
+
+def test_start_phases_read_in_vllms_order_skipping_what_is_missing_or_wrong():
+    t0 = 1_700_000_000.0
+    phases = {"api_ready": t0 + 40, "process_start": t0, "kv_profiled": "soon",
+              "weights_loaded": t0 + 30, "graphs_captured": float("nan")}
+    steps = replica_facts.steps(phases)
+    assert [(s.phase, s.seconds, s.share) for s in steps] == [
+        ("weights_loaded", 30.0, 75.0), ("api_ready", 10.0, 25.0)]
+    assert replica_facts.time_to_ready(phases) == 40.0
+    # On a page's common scale (its slowest start), a shorter start fills less of its bar.
+    assert [s.share for s in replica_facts.steps(phases, 80.0)] == [37.5, 12.5]
+    assert replica_facts.time_to_ready({"process_start": t0}) is None
+    assert replica_facts.time_to_ready({"process_start": t0, "api_ready": t0 - 1}) is None
+    assert replica_facts.steps({"process_start": True, "api_ready": t0}) == []
+    assert replica_facts.steps(["not", "a", "dict"]) == []

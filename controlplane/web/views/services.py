@@ -75,11 +75,13 @@ def service(request: HttpRequest, service_id: int) -> HttpResponse:
     s = get_object_or_404(Service.objects.select_related("router_host"), pk=service_id)
     replicas = list(s.replica_set.select_related("host").order_by("replica", "id"))
     shares = replica_facts.traffic_shares(s, replicas)
+    # One scale for every replica's start bar: the slowest start fills its cell.
+    scale = max((replica_facts.started_s(d.start_phases) for d in replicas), default=0.0)
     rows = [ReplicaRow(d, shares.get(d.pk), replica_facts.time_to_ready(d.start_phases),
-                       replica_facts.steps(d.start_phases)) for d in replicas]
+                       replica_facts.steps(d.start_phases, scale)) for d in replicas]
     config = desired_config(s)
     return render(request, "web/services/detail.html", {
-        "s": s, "replicas": rows,
+        "s": s, "replicas": rows, "any_phases": any(row.steps for row in rows),
         "placement": s.placement if isinstance(s.placement, dict) else {},
         "rollouts": s.rollouts.select_related("started_by", "current")
                      .order_by("-started_at", "-id")[:ROLLOUTS_SHOWN],
