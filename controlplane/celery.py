@@ -37,6 +37,7 @@ def beat_schedule() -> dict:
     evaluate_s = float(pitwall["ALERT_EVAL_INTERVAL_S"])
     dispatch_s = float(pitwall["ALERT_DISPATCH_INTERVAL_S"])
     tuning_s = float(pitwall["TUNING_INTERVAL_S"])
+    service_s = float(pitwall["SERVICE_TICK_S"])
     return {
         "maintain-partitions": every("controlplane.telemetry.tasks.maintain_partitions", 3600.0,
                                      expires=False),
@@ -53,6 +54,8 @@ def beat_schedule() -> dict:
             "controlplane.tuning.tasks.diagnose_deployments", tuning_s),
         "follow-up-suggestions": every(
             "controlplane.tuning.tasks.follow_up_suggestions", tuning_s),
+        # Services: rotation, healing and rollouts (a stale tick is superseded by the next).
+        "service-controller": every("controlplane.fleet.tasks.service_controller", service_s),
     }
 
 

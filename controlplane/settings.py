@@ -435,6 +435,16 @@ PITWALL = {
     # for this long is stalled (vLLM's /health keeps answering 200 while wedged): the default
     # pack's alert and the "stalled" state on the fleet and engine pages.
     "ENGINE_STALL_S": envint("PITWALL_ENGINE_STALL_S", 120, minimum=10),
+    # Services (docs/services.md): the controller (rotation, healing, rollouts) runs every
+    # SERVICE_TICK_S; a replica whose engine holds requests but made no progress for
+    # SERVICE_STALL_S leaves its router's rotation (sooner than the pages' ENGINE_STALL_S: a
+    # router keeps sending a wedged replica requests); a rollout checks each changed replica
+    # for ROLLOUT_CHECK_S against the unchanged ones; a replica whose host is offline for
+    # HEAL_OFFLINE_S is replaced on another host.
+    "SERVICE_TICK_S": envint("PITWALL_SERVICE_TICK_S", 2, minimum=1),
+    "SERVICE_STALL_S": envint("PITWALL_SERVICE_STALL_S", 10, minimum=3),
+    "ROLLOUT_CHECK_S": envint("PITWALL_ROLLOUT_CHECK_S", 30, minimum=0),
+    "HEAL_OFFLINE_S": envint("PITWALL_HEAL_OFFLINE_S", 60, minimum=0),
     # Objectives (docs/efficiency.md): a request meets them when its TTFT is under
     # ALERT_TTFT_P99_OBJECTIVE_MS and its ITL under TUNING_ITL_P99_OBJECTIVE_MS; OBJECTIVE_TARGET is
     # the share that must, so the error budget is 1 - OBJECTIVE_TARGET.

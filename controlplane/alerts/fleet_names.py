@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controlplane.alerts.models import Alert
 from controlplane.alerts.queries import Hit, Hits
-from controlplane.fleet.models import Engine, Gpu, Host
+from controlplane.fleet.models import Engine, Gpu, Host, Service
+
+SERVICE_TARGET = "service:"  # a service_disrupted alert's target: "service:<id>"
 
 
 def hostnames(ids: set) -> dict[int, str]:
@@ -21,6 +23,7 @@ class FleetNames:
     engines: dict[int, str]
     gpus: dict[int, tuple[str, int]]
     models: dict[int, str]  # engine id -> the model it serves
+    services: dict[str, str] = field(default_factory=dict)  # "service:<id>" -> its name
 
     @classmethod
     def load(cls, hits: Hits, alerts) -> FleetNames:
@@ -32,7 +35,7 @@ class FleetNames:
             hostnames(ids["host"]), {i: name for i, name, _ in engines},
             {i: (u, x) for i, u, x in
              Gpu.objects.filter(id__in=ids["gpu"]).values_list("id", "uuid", "index")},
-            {i: model for i, _, model in engines})
+            {i: model for i, _, model in engines}, _service_names(r.target for r in rows))
 
     def labels(self, hit: Hit) -> dict[str, str]:
         out = {"host": self.hosts.get(hit.host_id, "")}
@@ -40,6 +43,8 @@ class FleetNames:
             out["engine"] = self.engines.get(hit.engine_id, "")
         if hit.gpu_id is not None:
             out["gpu"] = self.gpus.get(hit.gpu_id, ("", 0))[0]
+        if hit.target in self.services:
+            out["service"] = self.services[hit.target]
         return out
 
     def scope_labels(self, hit: Hit) -> dict[str, str]:
@@ -52,4 +57,14 @@ class FleetNames:
         return {"value": value, "target": alert.target, "host": self.hosts.get(alert.host_id, ""),
                 "host_id": alert.host_id, "engine": self.engines.get(alert.engine_id, ""),
                 "engine_id": alert.engine_id, "gpu": uuid, "gpu_id": alert.gpu_id,
-                "gpu_index": index}
+                "gpu_index": index, "service": self.services.get(alert.target, "")}
+
+
+def _service_names(targets) -> dict[str, str]:
+    """The names of the services among these targets."""
+    ids = {int(t[len(SERVICE_TARGET):]) for t in targets
+           if t.startswith(SERVICE_TARGET) and t[len(SERVICE_TARGET):].isdigit()}
+    if not ids:
+        return {}
+    return {f"{SERVICE_TARGET}{i}": name
+            for i, name in Service.objects.filter(id__in=ids).values_list("id", "name")}

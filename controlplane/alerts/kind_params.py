@@ -18,6 +18,7 @@ MAX_OBSERVATIONS = 10**9
 ALLOWED = {
     RuleKind.ENGINE_STALLED: set(),
     RuleKind.GPU_LOST: {"removed_within_s"},
+    RuleKind.SERVICE_DISRUPTED: set(),
     RuleKind.OBJECTIVE_ATTAINMENT: {"objective", "objective_ms", "min_observations"},
     RuleKind.ERROR_BUDGET_BURN: {"objective", "objective_ms", "min_observations", "target",
                                  "short_window_s"},

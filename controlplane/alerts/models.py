@@ -26,6 +26,7 @@ class RuleKind(models.TextChoices):
     GPU_LOST = "gpu_lost", "GPU gone from the inventory or lost to NVML"
     OBJECTIVE_ATTAINMENT = "objective_attainment", "share of requests within the objective"
     ERROR_BUDGET_BURN = "error_budget_burn", "error budget burn rate (short and long window)"
+    SERVICE_DISRUPTED = "service_disrupted", "service rolled back, healed or left unplaced"
 
 
 class Aggregation(models.TextChoices):

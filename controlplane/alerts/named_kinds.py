@@ -54,6 +54,7 @@ READS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                               ("engine", "requests_finished_per_s", ("max",))),
     # gpu.lost: NVML answers for the GPU with "GPU is lost" (it fell off the bus)
     RuleKind.GPU_LOST: (("gpu", "lost", ("last",)),),
+    RuleKind.SERVICE_DISRUPTED: (),
 }
 
 
@@ -260,6 +261,31 @@ def gpu_lost(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     return [lost[k] for k in sorted(lost)]
 
 
+# What disrupts a service: a rollout rolled back, a replica replaced elsewhere, a replica no
+# host could take (ServiceEventKind values; the alerts app does not import the fleet's code).
+DISRUPTIONS = ("rolled_back", "healed", "unplaced")
+
+
+def service_disruptions_sql(rule: AlertRule, now: datetime) -> Statement:
+    """Per service: its disruption events within the window, and its router host."""
+    return ("SELECT s.id, s.router_host_id, count(*)::float8\n"
+            "FROM fleet_serviceevent e\n"
+            "JOIN fleet_service s ON s.id = e.service_id\n"
+            "WHERE e.kind = ANY(%(kinds)s) AND e.at > %(since)s AND e.at <= %(now)s\n"
+            "GROUP BY s.id",
+            {"kinds": list(DISRUPTIONS), "since": now - timedelta(seconds=rule.window_s),
+             "now": now})
+
+
+def service_disrupted(rule: AlertRule, cycle: Cycle) -> list[Hit]:
+    """Services with a rollout rolled back, a replica healed (replaced on another host) or a
+    replica left unplaced within the window. value: how many such events; the target is the
+    service (``service:<id>``), its host the router host (None without one). Fires regardless
+    of op and threshold, as engine_down does."""
+    return [Hit(f"service:{service_id}", host_id, None, None, count)
+            for service_id, host_id, count in fetch(*service_disruptions_sql(rule, cycle.now))]
+
+
 Kind = Callable[[AlertRule, Cycle], list[Hit]]
 # kind -> (rule, cycle) -> the targets whose condition holds now
 NAMED: dict[str, Kind] = {
@@ -272,4 +298,5 @@ NAMED: dict[str, Kind] = {
     RuleKind.GPU_LOST: gpu_lost,
     RuleKind.OBJECTIVE_ATTAINMENT: objectives.objective_attainment,
     RuleKind.ERROR_BUDGET_BURN: objectives.error_budget_burn,
+    RuleKind.SERVICE_DISRUPTED: service_disrupted,
 }

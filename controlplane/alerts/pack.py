@@ -92,6 +92,12 @@ def pack() -> list[dict]:
              metric="host.cpu_throttled_pct", aggregation="avg", window_s=120, op=Op.GT,
              threshold=10, for_s=300, keep_firing_for_s=60, severity=Severity.WARNING,
              summary="{host}: {value:.0f}% of cgroup CPU periods throttled (CPU quota too low)"),
+        dict(pack_key="service-disrupted", name="Service disrupted",
+             kind=RuleKind.SERVICE_DISRUPTED, severity=Severity.WARNING, window_s=600, for_s=0,
+             keep_firing_for_s=0,
+             summary="service {service}: {value:.0f} disruption(s) in {window_s} s: a rollout "
+                     "rolled back, a replica replaced on another host, or a replica no host "
+                     "could take (the service's events say which and why)"),
         dict(pack_key="cpu-bound-engine", name="vLLM process CPU-bound, GPUs waiting",
              kind=RuleKind.CPU_BOUND_ENGINE, window_s=120, op=Op.GE, threshold=95,
              params={"gpu_util_below": 85}, for_s=300, keep_firing_for_s=60,

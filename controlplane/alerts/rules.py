@@ -19,7 +19,7 @@ from controlplane.telemetry.series.errors import SeriesError
 # Names a summary may use: "{host} GPU {gpu_index}: {value:.0f} °C for {for_s}s".
 TEMPLATE_FIELDS = frozenset({
     "rule", "severity", "value", "threshold", "op", "metric", "window_s", "for_s", "target",
-    "host", "host_id", "engine", "engine_id", "gpu", "gpu_id", "gpu_index",
+    "host", "host_id", "engine", "engine_id", "gpu", "gpu_id", "gpu_index", "service",
 })
 # The labels a rule's label_matchers scope by: the target's host name, engine name, GPU uuid and
 # the engine's model (a GPU or host target has no engine: those read "").

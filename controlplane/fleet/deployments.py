@@ -416,10 +416,14 @@ def _bump(host_id: int) -> None:
 
 
 def agent_config(host_id: int) -> dict:
-    """What the host's agent runs: its enabled deployments, arguments rendered as flags."""
+    """What the host's agent runs: its enabled deployments, arguments rendered as flags, and
+    the routers of the services it routes (``routing.router_specs``)."""
+    from controlplane.fleet import routing  # routing imports this module
+
     version = Host.objects.filter(pk=host_id).values_list("config_version", flat=True).get()
     deployments = Deployment.objects.filter(host_id=host_id, enabled=True).order_by("id")
-    return {"version": version, "deployments": [_spec(d) for d in deployments]}
+    return {"version": version, "deployments": [_spec(d) for d in deployments],
+            "routers": routing.router_specs(host_id)}
 
 
 def _spec(d: Deployment) -> dict:

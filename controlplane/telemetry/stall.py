@@ -37,16 +37,18 @@ _MOVING = ("(coalesce(up, 0) <> 1 OR coalesce(requests_running, 0) + "
 
 
 def stalled_engines(engine_ids: Iterable[int] | None = None,
-                    now: datetime | None = None) -> dict[int, datetime]:
+                    now: datetime | None = None,
+                    span_s: float | None = None) -> dict[int, datetime]:
     """engine id -> when its stall began (the first stalled row after the last row that was
     not, or the start of LOOKBACK), for the stalled engines among ``engine_ids`` (None: every
-    present engine)."""
+    present engine). ``span_s``: how long without progress counts (None: ENGINE_STALL_S, what
+    the pages show; a service's router acts sooner, on SERVICE_STALL_S)."""
     now = now or timezone.now()
     ids = list(engine_ids) if engine_ids is not None else list(
         Engine.objects.filter(present=True).values_list("id", flat=True))
     if not ids:
         return {}
-    span = timedelta(seconds=settings.PITWALL["ENGINE_STALL_S"])
+    span = timedelta(seconds=settings.PITWALL["ENGINE_STALL_S"] if span_s is None else span_s)
     table = TABLES["engine"].name
     stalled = _fetch(
         f"SELECT e.id FROM unnest(%(ids)s::int[]) AS e(id)\n"

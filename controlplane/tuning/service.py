@@ -258,16 +258,48 @@ def accept(s: Suggestion, user=None) -> Suggestion:
     if d.revision != s.revision:
         raise Refused(f"the deployment changed since (revision {s.revision} -> {d.revision}); "
                       f"the next pass re-examines it")
-    for c in s.changes:
-        _apply_change(d, c["field"], c["proposed"])
-    try:
-        desired.save(d, author=user, reason=f"suggestion #{s.pk}: {Kind(s.kind).label}")
-    except ValidationError as exc:
-        raise Refused("the proposed config is refused: " + "; ".join(exc.messages)) from None
+    reason = f"suggestion #{s.pk}: {Kind(s.kind).label}"
+    if d.service_id is not None:
+        _through_service(d, {c["field"]: c["proposed"] for c in s.changes}, user, reason)
+        # the rollout gives the replica its next revision
+        revision_after = d.revision + 1
+    else:
+        for c in s.changes:
+            _apply_change(d, c["field"], c["proposed"])
+        try:
+            desired.save(d, author=user, reason=reason)
+        except ValidationError as exc:
+            raise Refused("the proposed config is refused: " + "; ".join(exc.messages)) from None
+        revision_after = d.revision
     s.state, s.decided_at, s.decided_by = State.ACCEPTED, timezone.now(), user
-    s.revision_after = d.revision
+    s.revision_after = revision_after
     s.save()
     return s
+
+
+def _through_service(d: Deployment, changes: dict[str, Any], user, reason: str) -> None:
+    """A service replica changes only through its service: the arguments go into the
+    service's (a new service revision) and roll through every replica, checked one by one.
+    Its GPUs, CPUs and NUMA node are placement's to choose, not a suggestion's. A value of
+    None removes the argument (vLLM's default)."""
+    from controlplane.fleet import services
+    from controlplane.fleet.models import Service
+
+    service = Service.objects.select_for_update().get(pk=d.service_id)
+    if placed := sorted(f for f in changes if not f.startswith("args.")):
+        raise Refused(f"{d.name} is a replica of service {service.name!r}: placement chooses "
+                      f"its {', '.join(placed)}; only argument changes roll through a service")
+    args = copy.deepcopy(service.args or {})
+    for name, value in changes.items():
+        if value is None:
+            args.pop(name[5:], None)
+        else:
+            args[name[5:]] = value
+    service.args = args
+    try:
+        services.save(service, author=user, reason=f"{reason} (made for replica {d.name})")
+    except ValidationError as exc:
+        raise Refused("the proposed config is refused: " + "; ".join(exc.messages)) from None
 
 
 def _apply_change(d: Deployment, name: str, value: Any) -> None:
@@ -298,10 +330,14 @@ def revert(s: Suggestion, user=None) -> Suggestion:
     if s.state not in DECIDED:
         raise Refused(f"the suggestion is {s.state}: only an accepted one can be reverted")
     d = Deployment.objects.select_for_update().get(pk=s.deployment_id)
-    try:
-        desired.revert(d, s.revision, user, f"revert suggestion #{s.pk}")
-    except ValidationError as exc:
-        raise Refused("; ".join(exc.messages)) from None
+    if d.service_id is not None:
+        _through_service(d, {c["field"]: c["current"] for c in s.changes}, user,
+                         f"revert suggestion #{s.pk}")
+    else:
+        try:
+            desired.revert(d, s.revision, user, f"revert suggestion #{s.pk}")
+        except ValidationError as exc:
+            raise Refused("; ".join(exc.messages)) from None
     s.state = State.REVERTED
     s.save(update_fields=["state"])
     return s

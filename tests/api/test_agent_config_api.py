@@ -47,7 +47,7 @@ def test_an_agent_sees_no_other_hosts_deployments(staff, gpu_host, db):
     staff.post("/api/v1/deployments/", llama(gpu_host.host), format="json")
     token, _ = issue_agent_token("other-node")
     config = bearer_client(token).get("/api/v1/agent/config").json()
-    assert config == {"version": 0, "deployments": []}
+    assert config == {"version": 0, "deployments": [], "routers": []}
 
 
 def test_user_tokens_and_anonymous_callers_are_refused(api, anonymous, gpu_host):

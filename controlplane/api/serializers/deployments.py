@@ -184,9 +184,23 @@ class AgentSpecSerializer(serializers.Serializer):
     drain_timeout_s = serializers.IntegerField()
 
 
+class RouterSpecSerializer(serializers.Serializer):
+    """One router the agent runs (with --router): a service's vllm-router and its workers."""
+
+    service_id = serializers.IntegerField()
+    service = serializers.CharField(help_text="The service's name")
+    port = serializers.IntegerField(help_text="The port clients reach the router at")
+    policy = serializers.CharField(help_text="vllm-router's --policy")
+    workers = StringListField(help_text="The replicas in rotation, as http://address:port: "
+                                        "exactly the router's worker list")
+    model = serializers.CharField()
+
+
 class AgentConfigSerializer(serializers.Serializer):
     version = serializers.IntegerField(help_text="The host's config_version")
     deployments = AgentSpecSerializer(many=True)
+    routers = RouterSpecSerializer(many=True, help_text="The services this host routes "
+                                   "(empty unless its agent runs with --router)")
 
 
 class UnixTimeField(serializers.FloatField):
@@ -240,5 +254,59 @@ class AgentReportSerializer(serializers.Serializer):
         return phases
 
 
+# Bounds of a router report: as many workers as a service may have replicas, and some.
+MAX_ROUTERS = 64
+MAX_WORKERS = 256
+MAX_URL = 300
+ROUTER_STATE = r"^[a-z_]{1,24}\Z"
+
+
+class WorkerCountsSerializer(serializers.Serializer):
+    processed = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, required=False)
+    running = serializers.IntegerField(min_value=0, max_value=MAX_INT32, required=False)
+    healthy = serializers.IntegerField(min_value=0, max_value=1, required=False)
+
+
+class RouterMetricsSerializer(serializers.Serializer):
+    requests_total = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT,
+                                              required=False)
+    per_worker = serializers.DictField(child=WorkerCountsSerializer(), required=False,
+                                       help_text="worker URL -> its counts")
+
+    def validate_per_worker(self, value: dict) -> dict:
+        if len(value) > MAX_WORKERS:
+            raise serializers.ValidationError(f"at most {MAX_WORKERS} workers")
+        if any(len(url) > MAX_URL for url in value):
+            raise serializers.ValidationError(f"a worker URL has at most {MAX_URL} characters")
+        return value
+
+
+class RouterReportSerializer(serializers.Serializer):
+    """What the agent reports of one router it runs (docs/services.md)."""
+
+    service_id = serializers.IntegerField(min_value=1, max_value=MAX_BIGINT)
+    state = serializers.RegexField(ROUTER_STATE, help_text="ready, starting, crashed ...",
+                                   error_messages={"invalid": "lower-case letters and _ "
+                                                   "(ready, starting, crashed ...), at most 24"})
+    pid = serializers.IntegerField(min_value=1, max_value=MAX_INT32, required=False,
+                                   allow_null=True)
+    port = serializers.IntegerField(min_value=1, max_value=65535, required=False,
+                                    allow_null=True)
+    workers = serializers.ListField(child=serializers.CharField(max_length=MAX_URL),
+                                    required=False, max_length=MAX_WORKERS,
+                                    help_text="The router's worker list as it answers /workers")
+    healthy = serializers.BooleanField(required=False, allow_null=True)
+    error = serializers.CharField(required=False, allow_blank=True, allow_null=True,
+                                  max_length=1000)
+    log_tail = serializers.ListField(child=serializers.CharField(allow_blank=True,
+                                                                 max_length=4096,
+                                                                 trim_whitespace=False),
+                                     required=False, max_length=200)
+    metrics = RouterMetricsSerializer(required=False)
+    at = UnixTimeField(required=False, allow_null=True, help_text="Unix seconds")
+
+
 class AgentStatusSerializer(serializers.Serializer):
     deployments = AgentReportSerializer(many=True, max_length=100)
+    routers = RouterReportSerializer(many=True, max_length=MAX_ROUTERS, required=False,
+                                     help_text="The routers the agent runs (with --router)")

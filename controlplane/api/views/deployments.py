@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -22,7 +23,7 @@ from controlplane.api.serializers.deployments import (
     RevertSerializer,
 )
 from controlplane.api.views.alerts import ERRORS, write_responses
-from controlplane.fleet import deployments
+from controlplane.fleet import deployments, routing
 from controlplane.fleet.models import Deployment, DeploymentRevision
 
 REVISIONS_SHOWN = 100
@@ -90,23 +91,35 @@ class AgentConfigView(APIView):
 
 
 class AgentStatusView(APIView):
-    """What the agent's supervisor reports of each deployment: state, flags, log tail."""
+    """What the agent's supervisor reports of each deployment (state, flags, log tail) and,
+    on a router host, of each service's router (state, workers, request counts)."""
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
 
-    @extend_schema(summary="Report the state of the token's host's deployments",
+    @extend_schema(summary="Report the state of the token's host's deployments and routers",
                    request=AgentStatusSerializer,
-                   responses={200: OpenApiResponse(description='{"stored": n}'), 400: ERRORS,
-                              403: OpenApiResponse(description="another host's deployment")})
+                   responses={200: OpenApiResponse(description='{"stored": n} (and '
+                                                               '"routers": n when it sent '
+                                                               'routers)'),
+                              400: ERRORS,
+                              403: OpenApiResponse(description="another host's deployment, or "
+                                                               "a service another host routes")})
     def post(self, request: Request) -> Response:
         body = AgentStatusSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        host_id = request.user.host_id
         try:
-            stored = deployments.record_status(request.user.host_id,
-                                               body.validated_data["deployments"])
+            # one transaction: a refused report stores nothing, neither half
+            with transaction.atomic():
+                stored = deployments.record_status(host_id, body.validated_data["deployments"])
+                routers = routing.record_router_status(
+                    host_id, body.validated_data.get("routers", []))
         except deployments.ForeignDeployment as exc:
             raise PermissionDenied(str(exc)) from None
-        return Response({"stored": stored}, status=status.HTTP_200_OK)
+        reply = {"stored": stored}
+        if "routers" in body.validated_data:
+            reply["routers"] = routers
+        return Response(reply, status=status.HTTP_200_OK)
 
 

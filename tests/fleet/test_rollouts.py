@@ -1,0 +1,301 @@
+"""Rollouts driven as they run: a service change saved through services.save, the agents
+reporting what their supervisors do (drain, start, ready) and the router agent reporting its
+workers, the controller ticking on a clock the test moves."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from controlplane.alerts.evaluate import evaluate
+from controlplane.alerts.models import Alert, AlertRule, AlertState
+from controlplane.fleet import rollouts
+from controlplane.fleet.models import (
+    Deployment,
+    DeploymentRevision,
+    DeploymentState,
+    Rollout,
+    RolloutState,
+    Service,
+    ServiceEvent,
+    ServiceEventKind,
+)
+from controlplane.tuning import service as tuning
+from controlplane.tuning.models import Kind, State, Suggestion
+from tests.fleet.controller_support import (
+    ITL_BOUNDS,
+    TTFT_BOUNDS,
+    Agents,
+    Clock,
+    change_args,
+    crashes_with,
+    engine_rows,
+    hosts,
+    layout,
+    make_service,
+    replicas,
+    router_host,
+    run,
+)
+
+
+def start(n_hosts: int = 3, replicas_: int = 3, **fields):
+    fleet = hosts(n_hosts)
+    router = router_host()
+    service = make_service(router, replicas=replicas_, **fields)
+    agents, clock = Agents(service, router), Clock()
+    run(clock, agents, lambda: all(d.in_rotation for d in replicas(service)))
+    return service, agents, clock, fleet
+
+
+def rollout_of(service: Service) -> Rollout:
+    return Rollout.objects.filter(service=service).order_by("-id").first()
+
+
+def ended(service: Service):
+    return lambda: rollout_of(service).state != RolloutState.RUNNING
+
+
+def out_of_rotation(service: Service) -> int:
+    return sum(not d.in_rotation for d in replicas(service))
+
+
+@pytest.fixture
+def rolling(db):
+    """Three replicas on three hosts of two GPUs, no surge: plain rolling."""
+    return start()
+
+
+def test_a_rolling_change_goes_through_the_replicas_in_order_one_out_at_a_time(rolling):
+    service, agents, clock, _ = rolling
+    change_args(service, max_num_seqs=256)
+    rollout = rollout_of(service)
+    assert rollout.state == RolloutState.RUNNING and rollout.to_revision == service.revision
+    most_out = []
+    run(clock, agents, ended(service), each=lambda: most_out.append(out_of_rotation(service)))
+    rollout = rollout_of(service)
+    assert rollout.state == RolloutState.SUCCEEDED, rollout.detail
+    assert max(most_out) == 1 and most_out[-1] == 0
+    assert all(d.args["max_num_seqs"] == 256 and d.in_rotation for d in replicas(service))
+    # one replica after another, in slot order: each saved only after the one before it was
+    # checked
+    saved = [e.deployment.replica for e in ServiceEvent.objects.filter(
+        service=service, kind=ServiceEventKind.REPLICA_CHANGED, data__phase="draining")
+        .order_by("id")]
+    checked = [e.deployment.replica for e in ServiceEvent.objects.filter(
+        service=service, kind=ServiceEventKind.REPLICA_CHANGED, data__phase="checking")
+        .order_by("id")]
+    assert saved == checked == [0, 1, 2]
+    assert rollout.done == [d.pk for d in replicas(service)]
+    assert ServiceEvent.objects.filter(service=service,
+                                       kind=ServiceEventKind.ROLLOUT_SUCCEEDED).count() == 1
+    for d in replicas(service):
+        newest = DeploymentRevision.objects.filter(deployment=d).order_by("-revision").first()
+        assert newest.reason == f"rollout of service revision {service.revision}"
+
+
+def test_the_router_must_drop_a_replica_before_it_is_restarted(rolling):
+    service, agents, clock, _ = rolling
+    change_args(service, max_num_seqs=256)
+    first = replicas(service)[0]
+    clock.tick()  # the rollout takes replica 0 out; the router agent has not reported since
+    assert rollout_of(service).phase == rollouts.Phase.OUT
+    clock.tick(1)
+    assert Deployment.objects.get(pk=first.pk).revision == first.revision  # not yet saved
+    agents.route(clock.now)  # the router agent applied its config: 0 is not a worker
+    clock.tick(1)
+    assert rollout_of(service).phase == rollouts.Phase.DRAINING
+    assert Deployment.objects.get(pk=first.pk).revision == first.revision + 1
+
+
+def test_a_replica_that_never_becomes_ready_rolls_the_change_back_and_alerts(rolling):
+    service, agents, clock, _ = rolling
+    old_args = dict(service.args)
+    agents.script(0, crashes_with(max_num_seqs=4096))
+    change_args(service, max_num_seqs=4096)
+    bad_revision = service.revision
+    run(clock, agents, ended(service))
+    rollout = Rollout.objects.get(service=service, to_revision=bad_revision)
+    assert rollout.state == RolloutState.ROLLED_BACK
+    assert "llama-0 was not ready within 120 s (state crashed" in rollout.detail
+    assert "exit 1: bad flag" in rollout.detail
+    # every replica runs the old arguments again; the one that changed has a new revision
+    first = replicas(service)[0]
+    assert [d.args for d in replicas(service)] == [old_args] * 3
+    newest = DeploymentRevision.objects.filter(deployment=first).order_by("-revision").first()
+    assert newest.reason.startswith("rollback: llama-0 was not ready within 120 s")
+    # the service's desired config is back too (heals and new replicas take it)
+    service.refresh_from_db()
+    assert service.args == old_args and service.revision == bad_revision + 1
+    [event] = ServiceEvent.objects.filter(service=service, kind=ServiceEventKind.ROLLED_BACK)
+    assert event.data["restored"] == ["llama-0"] and "not ready" in event.message
+    # the rollback's own rollout has nothing left to do
+    assert rollout_of(service).state == RolloutState.SUCCEEDED
+    # the old config comes back into rotation
+    run(clock, agents, lambda: all(d.in_rotation for d in replicas(service)))
+    # alerted: the default pack's service_disrupted rule
+    rule = AlertRule.objects.get(pack_key="service-disrupted")
+    evaluate(clock.now, rule_ids=[rule.pk])
+    alert = Alert.objects.get(rule=rule)
+    assert alert.state == AlertState.FIRING and alert.target == f"service:{service.pk}"
+    assert alert.summary.startswith("service llama: 1 disruption(s)")
+
+
+def test_a_canary_judged_regressed_is_rolled_back(db):
+    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
+    change_args(service, max_num_seqs=512)
+    changed = service.revision
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    canary, *others = replicas(service)
+    assert canary.args["max_num_seqs"] == 512
+    # over the canary window, the canary's TTFT p99 is four times the others'
+    ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
+    lo, hi = clock.now, clock.now + timedelta(seconds=61)
+    common = {"requests_running": 8.0, "requests_waiting": 0.0, "generation_tokens_per_s": 500.0,
+              "requests_finished_per_s": 2.0, "finished_error_per_s": 0.0,
+              "ttft_seconds_layout": ttft, "itl_seconds_layout": itl,
+              "itl_seconds_counts": [0, 10, 0, 0, 0, 0]}
+    engine_rows(canary, lo, hi, **common, ttft_seconds_counts=[0, 0, 0, 2, 8, 0, 0])
+    for d in others:
+        engine_rows(d, lo, hi, **common, ttft_seconds_counts=[2, 8, 0, 0, 0, 0, 0])
+    run(clock, agents, ended(service))
+    rollout = Rollout.objects.get(service=service, to_revision=changed)
+    assert rollout.state == RolloutState.ROLLED_BACK
+    assert "llama-0 regressed against the replicas not yet changed over 60 s" in rollout.detail
+    assert "ttft_p99_s" in rollout.detail
+    assert [d.args["max_num_seqs"] for d in replicas(service)] == [128, 128, 128]
+
+
+def test_a_canary_within_the_guards_lets_the_rollout_go_on(db):
+    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
+    change_args(service, max_num_seqs=512)
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
+    lo, hi = clock.now, clock.now + timedelta(seconds=61)
+    for d in replicas(service):
+        engine_rows(d, lo, hi, requests_running=8.0, generation_tokens_per_s=500.0,
+                    requests_finished_per_s=2.0, ttft_seconds_layout=ttft,
+                    ttft_seconds_counts=[2, 8, 0, 0, 0, 0, 0], itl_seconds_layout=itl,
+                    itl_seconds_counts=[0, 10, 0, 0, 0, 0])
+    run(clock, agents, ended(service))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED
+    verdicts = [e.data["verdict"] for e in ServiceEvent.objects.filter(
+        service=service, data__phase="checking").order_by("id")]
+    assert verdicts == [State.UNCHANGED] * 3
+
+
+def test_failed_requests_on_the_changed_replica_roll_back(rolling):
+    service, agents, clock, _ = rolling
+    change_args(service, max_num_seqs=512)
+    changed = service.revision
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    lo, hi = clock.now, clock.now + timedelta(seconds=31)
+    first, *others = replicas(service)
+    engine_rows(first, lo, hi, requests_running=4.0, generation_tokens_per_s=400.0,
+                requests_finished_per_s=2.0, finished_error_per_s=0.5)
+    for d in others:
+        engine_rows(d, lo, hi, requests_running=4.0, generation_tokens_per_s=400.0,
+                    requests_finished_per_s=2.0, finished_error_per_s=0.0)
+    run(clock, agents, ended(service))
+    rollout = Rollout.objects.get(service=service, to_revision=changed)
+    assert rollout.state == RolloutState.ROLLED_BACK
+    assert "failed requests 25.0% of finished, against 0.0%" in rollout.detail
+
+
+def test_a_new_change_supersedes_the_running_rollout(rolling):
+    service, agents, clock, _ = rolling
+    change_args(service, max_num_seqs=256)
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.STARTING)
+    first = rollout_of(service)
+    change_args(service, max_num_seqs=64)
+    first.refresh_from_db()
+    assert first.state == RolloutState.SUPERSEDED and first.ended_at is not None
+    most_out = []
+    run(clock, agents, ended(service), each=lambda: most_out.append(out_of_rotation(service)))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED
+    assert max(most_out) == 1
+    assert [d.args["max_num_seqs"] for d in replicas(service)] == [64, 64, 64]
+    started = ServiceEvent.objects.filter(service=service,
+                                          kind=ServiceEventKind.ROLLOUT_STARTED).latest("id")
+    assert "supersedes the rollout to revision" in started.message
+
+
+def test_with_spare_gpus_a_surge_replica_keeps_capacity_whole(db):
+    service, agents, clock, fleet = start(max_surge=1)
+    before = {d.replica: d.pk for d in replicas(service)}
+    change_args(service, max_num_seqs=256)
+    in_rotation = []
+    run(clock, agents, ended(service),
+        each=lambda: in_rotation.append(sum(d.in_rotation for d in replicas(service))))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+    assert min(in_rotation) >= 3  # never fewer replicas serving than the service has
+    now = replicas(service)
+    assert sorted(d.replica for d in now) == [0, 1, 2]
+    assert all(d.args["max_num_seqs"] == 256 and d.in_rotation for d in now)
+    assert not {d.pk for d in now} & set(before.values())  # every old one was retired
+    surges = ServiceEvent.objects.filter(service=service, data__phase="surge_starting")
+    assert surges.count() == 3
+
+
+def test_an_accepted_suggestion_for_a_replica_rolls_through_its_service(rolling):
+    service, agents, clock, _ = rolling
+    d = replicas(service)[1]
+    suggestion = Suggestion.objects.create(
+        deployment=d, kind=Kind.CONCURRENCY_CAP, revision=d.revision,
+        changes=[{"field": "args.max_num_seqs", "current": 128, "proposed": 192}],
+        reasoning="r", expected="e", confidence=0.9, severity=1.0)
+    tuning.accept(suggestion)
+    service.refresh_from_db()
+    assert service.args["max_num_seqs"] == 192
+    assert rollout_of(service).state == RolloutState.RUNNING
+    run(clock, agents, ended(service))
+    assert [x.args["max_num_seqs"] for x in replicas(service)] == [192, 192, 192]
+    # placement's fields are not a suggestion's to change on a replica
+    cpus = Suggestion.objects.create(
+        deployment=d, kind=Kind.NUMA_MISMATCH, revision=Deployment.objects.get(pk=d.pk).revision,
+        changes=[{"field": "cpus", "current": None, "proposed": [0, 1]}], reasoning="r",
+        expected="e", confidence=0.9, severity=1.0)
+    with pytest.raises(tuning.Refused, match="placement chooses its cpus"):
+        tuning.accept(cpus)
+
+
+def test_advancing_again_without_news_changes_nothing(rolling):
+    service, agents, clock, _ = rolling
+    change_args(service, max_num_seqs=256)
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.STARTING)
+    rollout = rollout_of(service)
+    events = ServiceEvent.objects.filter(service=service).count()
+    for _ in range(3):
+        rollouts.advance(rollout, clock.now)
+    again = rollout_of(service)
+    assert (again.phase, again.phase_since, again.current_id) == (
+        rollout.phase, rollout.phase_since, rollout.current_id)
+    assert ServiceEvent.objects.filter(service=service).count() == events
+
+
+def test_the_ready_timeout_follows_the_slowest_start_seen(rolling):
+    service, _, _, _ = rolling
+    assert rollouts.ready_timeout_s(service) == 120
+    Deployment.objects.filter(pk=replicas(service)[0].pk).update(
+        start_phases={"process_start": 1000.0, "api_ready": 1100.0})
+    assert rollouts.ready_timeout_s(service) == 300
+    Deployment.objects.filter(pk=replicas(service)[1].pk).update(
+        start_phases={"process_start": 1000.0, "api_ready": 2000.0})
+    assert rollouts.ready_timeout_s(service) == 1800
+
+
+def test_a_crashed_replica_is_changed_first_and_costs_no_capacity(rolling):
+    service, agents, clock, _ = rolling
+    broken = replicas(service)[2]
+    agents.script(2, lambda d: None)  # its agent reports nothing new
+    Deployment.objects.filter(pk=broken.pk).update(state=DeploymentState.CRASHED)
+    clock.tick()
+    agents.scripts.clear()
+    change_args(service, max_num_seqs=256)
+    most_out = []
+    run(clock, agents, ended(service), each=lambda: most_out.append(out_of_rotation(service)))
+    saved = [e.deployment.replica for e in ServiceEvent.objects.filter(
+        service=service, data__phase="draining").order_by("id")]
+    assert saved == [2, 0, 1]
+    assert max(most_out) == 1
