@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from controlplane.fleet import routing
 from controlplane.fleet.models import Deployment, Service
 
 # vLLM's start, in the order its log prints them (docs/services.md): the agent reports the
@@ -70,17 +71,6 @@ def started_s(phases: object) -> float:
     return sum(step.seconds for step in steps(phases))
 
 
-def worker_url(replica: Deployment) -> str:
-    """The URL the router knows the replica by: the address its host's agent advertises (else
-    the hostname) and the replica's port, as the router's config lists it."""
-    inventory = replica.host.inventory if isinstance(replica.host.inventory, dict) else {}
-    address = inventory.get("address")
-    if not isinstance(address, str) or not address:
-        address = replica.host.hostname
-    host = f"[{address}]" if ":" in address else address  # an IPv6 address
-    return f"http://{host}:{replica.port}"
-
-
 def per_worker(service: Service) -> dict[str, dict]:
     """The router's last per-worker counts, {url: {"processed", "running", "healthy"}}."""
     status = service.router_status if isinstance(service.router_status, dict) else {}
@@ -92,10 +82,12 @@ def per_worker(service: Service) -> dict[str, dict]:
 
 
 def traffic_shares(service: Service, replicas: Iterable[Deployment]) -> dict[int, float | None]:
-    """Each replica's share (0..100) of the requests the router processed, by replica id;
-    None for all when the router reported no counts (no router yet, or none processed)."""
+    """Each replica's share (0..100) of the requests the router processed, by replica id,
+    matched by the URL the router knows it by (``routing.worker_url``, as its config lists
+    it); None for all when the router reported no counts (no router yet, or none processed)."""
     counts = per_worker(service)
-    processed = {r.pk: _count(counts.get(worker_url(r), {}).get("processed")) for r in replicas}
+    processed = {r.pk: _count(counts.get(routing.worker_url(r), {}).get("processed"))
+                 for r in replicas}
     total = sum(counts_of(counts))
     if total <= 0:
         return dict.fromkeys(processed)

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
-from controlplane.fleet import replica_facts
+from controlplane.fleet import routing
 from controlplane.fleet.models import (
     Deployment,
     Rollout,
@@ -236,8 +236,8 @@ def test_time_to_ready_and_traffic_share_come_from_the_reports(deployer, llama):
     Deployment.objects.filter(pk=replicas[0].pk).update(start_phases={
         "process_start": t0, "weights_loaded": t0 + 20, "kv_profiled": t0 + 25,
         "graphs_captured": t0 + 40, "api_ready": t0 + 42.5})
-    per_worker = {replica_facts.worker_url(replicas[0]): {"processed": 300, "running": 1},
-                  replica_facts.worker_url(replicas[1]): {"processed": 100, "running": 0}}
+    per_worker = {routing.worker_url(replicas[0]): {"processed": 300, "running": 1},
+                  routing.worker_url(replicas[1]): {"processed": 100, "running": 0}}
     Service.objects.filter(pk=service.pk).update(router_status={
         "state": "ready", "workers": list(per_worker),
         "metrics": {"requests_total": 400, "per_worker": per_worker}})

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from controlplane.accounts.roles import assign_role
-from controlplane.fleet import replica_facts, services
+from controlplane.fleet import routing, services
 from controlplane.fleet.models import Deployment, Host, Service
 from tests.browser.helpers import ARTIFACTS, shot
 from tests.support.service_fleet import LLAMA, service_fleet
@@ -93,7 +93,7 @@ def test_a_deployer_creates_a_four_replica_service_and_sees_its_placement(page, 
             start_phases={"process_start": t0, "weights_loaded": t0 + 18 + i,
                           "kv_profiled": t0 + 24 + i, "graphs_captured": t0 + 39 + i,
                           **({"api_ready": t0 + 41 + i} if i < 3 else {})})
-    per_worker = {replica_facts.worker_url(d): {"processed": n, "running": 1}
+    per_worker = {routing.worker_url(d): {"processed": n, "running": 1}
                   for d, n in zip(replicas[:3], (500, 300, 200), strict=True)}
     Service.objects.filter(pk=service.pk).update(
         router_reported_at=timezone.now(), router_status={

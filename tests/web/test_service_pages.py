@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from controlplane.audit.models import AuditEntry
-from controlplane.fleet import replica_facts, services
+from controlplane.fleet import replica_facts, routing, services
 from controlplane.fleet.models import (
     Deployment,
     Rollout,
@@ -143,8 +143,8 @@ def test_the_page_shows_rotation_traffic_and_start_phases_of_each_replica(operat
             "graphs_captured": t0 + 40, "api_ready": t0 + 42.5})
     Deployment.objects.filter(pk=replicas[1].pk).update(
         state="ready", rotation_note="stalled: requests held, no token for 10 s")
-    per_worker = {replica_facts.worker_url(replicas[0]): {"processed": 300},
-                  replica_facts.worker_url(replicas[1]): {"processed": 100}}
+    per_worker = {routing.worker_url(replicas[0]): {"processed": 300},
+                  routing.worker_url(replicas[1]): {"processed": 100}}
     Service.objects.filter(pk=llama.pk).update(router_status={
         "state": "ready", "workers": list(per_worker), "healthy": True,
         "metrics": {"requests_total": 400, "per_worker": per_worker}})
