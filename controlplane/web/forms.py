@@ -452,7 +452,9 @@ class ServiceForm(forms.ModelForm):
             "max_surge": "extra replicas a rollout may start where spare GPUs allow",
             "drain_timeout_s": "how long a restart lets running requests finish",
         }
-        widgets = {"model": forms.TextInput(attrs={"size": 60})}
+        widgets = {"model": forms.TextInput(attrs={"size": 60}),
+                   "replicas": forms.NumberInput(attrs={"min": 1,
+                                                        "max": services.MAX_REPLICAS})}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -9,6 +9,8 @@ import re
 import time
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client
 
 from controlplane.audit.models import AuditEntry
@@ -276,3 +278,25 @@ def test_start_phases_read_in_vllms_order_skipping_what_is_missing_or_wrong():
     assert replica_facts.time_to_ready({"process_start": t0, "api_ready": t0 - 1}) is None
     assert replica_facts.steps({"process_start": True, "api_ready": t0}) == []
     assert replica_facts.steps(["not", "a", "dict"]) == []
+
+
+def test_a_code_loading_service_without_deploy_code_is_a_403_naming_the_field(fleet):
+    user = get_user_model().objects.create_user("wes")
+    user.user_permissions.set(Permission.objects.filter(
+        content_type__app_label="fleet",
+        codename__in=["view_host", "view_service", "add_service", "change_service"]))
+    client = Client()
+    client.force_login(user)
+    assert 'id="no-deploy-code"' in client.get("/services/new/").content.decode()
+    reply = client.post("/services/new/", form_body(fleet, args="--trust-remote-code"))
+    assert reply.status_code == 403
+    html = reply.content.decode()
+    assert "Needs the permission fleet.deploy_code." in html
+    assert "trust_remote_code" in field_errors(html, "args")
+    assert not Service.objects.exists() and not Deployment.objects.exists()
+
+
+def test_the_deployment_list_names_each_replicas_service(operator_client, llama):
+    html = operator_client.get("/deployments/").content.decode()
+    assert html.count(f'data-service-id="{llama.pk}"') == 6
+    assert f'replica of <a href="/services/{llama.pk}/">llama</a>' in html

@@ -32,7 +32,8 @@ SUGGESTIONS_SHOWN = 20
 
 @deployments_access
 def deployment_list(request: HttpRequest) -> HttpResponse:
-    rows = Deployment.objects.select_related("host").order_by("host__hostname", "name")
+    rows = Deployment.objects.select_related("host", "service").order_by("host__hostname",
+                                                                           "name")
     return render(request, "web/deployments/list.html", {"deployments": rows})
 
 
