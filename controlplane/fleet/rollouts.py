@@ -59,6 +59,7 @@ from controlplane.fleet.models import (
     ServiceEventKind,
     ServiceRevision,
 )
+from controlplane.fleet.queries import is_online
 from controlplane.fleet.replica_facts import time_to_ready
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.schema import TABLES
@@ -113,6 +114,7 @@ def start(service: Service, from_revision: int, to_revision: int, author=None) -
     superseded = list(Rollout.objects.select_for_update().filter(
         service=service, state=RolloutState.RUNNING))
     for old in superseded:
+        _one_per_slot(service, old)
         old.state, old.ended_at, old.phase = RolloutState.SUPERSEDED, now, ""
         old.detail = f"superseded by the change to revision {to_revision}"
         old.save(update_fields=["state", "ended_at", "phase", "detail"])
@@ -132,6 +134,17 @@ def start(service: Service, from_revision: int, to_revision: int, author=None) -
     _event(rollout, ServiceEventKind.ROLLOUT_STARTED, message, now,
            superseded=[r.pk for r in superseded])
     return rollout
+
+
+def _one_per_slot(service: Service, old: Rollout) -> None:
+    """A superseded rollout leaves no slot with two replicas: an old replica being retired
+    goes as planned (its surge replica serves), a surge replica not yet retiring anything
+    goes (the new rollout changes the old one in place or surges again)."""
+    current = Deployment.objects.filter(pk=old.current_id).first() if old.current_id else None
+    if current is None:
+        return
+    if old.phase == Phase.RETIRING or _surged_over(service, current) is not None:
+        deployments.delete(current, owner=service)
 
 
 # -- advancing --------------------------------------------------------------------------------
@@ -198,6 +211,8 @@ def _next(step: Step) -> bool:
     if not pending:
         return _succeed(step)
     d = pending[0]
+    if not d.enabled or not is_online(d.host.last_seen):
+        return _change_idle(step, d)
     unavailable = step.service.replica_set.filter(enabled=True, in_rotation=False).exclude(
         pk=d.pk).count()
     budget = max(1, step.service.max_unavailable)
@@ -217,6 +232,22 @@ def _next(step: Step) -> bool:
     _go(step, Phase.OUT, d)
     routing.sync(step.service, step.now)
     return True
+
+
+def _change_idle(step: Step, d: Deployment) -> bool:
+    """A replica that serves nothing and whose agent is away (its host offline) or that is
+    disabled: its new config is saved at once, for its agent to apply when it is back (the
+    rotation takes it once it is ready on it). Waiting for it would hold the rollout up for a
+    host that may never return (healing replaces it, with the service's config)."""
+    why = "disabled" if not d.enabled else "its host is offline"
+    _apply(d, step.target, step.service,
+           f"rollout of service revision {step.rollout.to_revision} ({why}: applied when it "
+           f"runs again)")
+    step.rollout.done = [*step.rollout.done, d.pk]
+    _event(step.rollout, ServiceEventKind.REPLICA_CHANGED,
+           f"{d.name}: revision {d.revision} saved without waiting ({why})", step.now, d,
+           phase=Phase.NEXT, revision=d.revision)
+    return _go(step, Phase.NEXT)
 
 
 def _out(step: Step) -> bool:

@@ -15,6 +15,7 @@ from controlplane.fleet.models import (
     Deployment,
     DeploymentRevision,
     DeploymentState,
+    Host,
     Rollout,
     RolloutState,
     Service,
@@ -299,3 +300,36 @@ def test_a_crashed_replica_is_changed_first_and_costs_no_capacity(rolling):
         service=service, data__phase="draining").order_by("id")]
     assert saved == [2, 0, 1]
     assert max(most_out) == 1
+
+
+def test_a_replica_whose_host_is_offline_gets_the_change_without_holding_the_rollout(
+        db, settings):
+    # two may be out at once (the offline one counts); healing would replace it later
+    settings.PITWALL = {**settings.PITWALL, "HEAL_OFFLINE_S": 10**6}
+    service, agents, clock, _ = start(max_unavailable=2)
+    away = replicas(service)[1]
+    agents.hosts.remove(away.host_id)  # its agent stops reporting
+    agents.script(1, lambda d: None)
+    Host.objects.filter(pk=away.host_id).update(last_seen=clock.now - timedelta(seconds=40))
+    change_args(service, max_num_seqs=256)
+    most_out = []
+    run(clock, agents, ended(service), each=lambda: most_out.append(out_of_rotation(service)))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED
+    stays = Deployment.objects.get(pk=away.pk)
+    assert stays.args["max_num_seqs"] == 256 and stays.running_revision == away.revision
+    [event] = ServiceEvent.objects.filter(deployment=stays, data__phase="",
+                                          kind=ServiceEventKind.REPLICA_CHANGED)
+    assert "saved without waiting (its host is offline)" in event.message
+    assert max(most_out) == 2
+
+
+def test_a_change_during_a_surge_leaves_one_replica_per_slot(db):
+    service, agents, clock, _ = start(max_surge=1)
+    change_args(service, max_num_seqs=256)
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    assert len(replicas(service)) == 4  # the surge replica beside the three
+    change_args(service, max_num_seqs=64)
+    assert sorted(d.replica for d in replicas(service)) == [0, 1, 2]
+    run(clock, agents, ended(service))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED
+    assert [d.args["max_num_seqs"] for d in replicas(service)] == [64, 64, 64]
