@@ -30,6 +30,7 @@ from agents.collectors.placement_facts import DEFAULT_PORT_RANGE, clean_labels, 
 Counters = dict[str, int]
 _NOT_BUSY = ("idle", "iowait")  # what psutil.cpu_percent also counts as not busy
 _GUEST = ("guest", "guest_nice")  # already included in user / nice on Linux: not twice
+ADDRESS_EVERY_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,11 @@ class HostFacts:
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE
     roles: tuple[str, ...] = ()
 
-    def inventory(self, hostname: str | None = None) -> dict[str, Any]:
+    def inventory(self, default: str | None) -> dict[str, Any]:
+        """``default``: the address found when no --advertise-address was given."""
         inv: dict[str, Any] = {"labels": clean_labels(self.labels),
                                "port_range": list(self.port_range), "roles": list(self.roles)}
-        # Found again at each read: a host that changed networks reports its new address.
-        address = self.address or default_address(self.server, hostname)
+        address = self.address or default
         if address:
             inv["address"] = address
         return inv
@@ -61,6 +62,8 @@ class HostCollector:
         self._ps: Any = psutil_module or psutil
         self._facts = facts
         self._hf_cache = hf_cache
+        self._address: str | None = None  # the default address, found at most every
+        self._address_read_at: float | None = None  # ADDRESS_EVERY_S
         self._proc_root = proc_root
         self._sys_root = sys_root
         self._warn = WarnOnce(warn)
@@ -89,10 +92,22 @@ class HostCollector:
         if limit is not None:
             inv["cgroup_cpu_limit"] = limit
         if self._facts is not None:
-            inv.update(self._facts.inventory(inv["hostname"]))
+            inv.update(self._facts.inventory(self._default_address(inv["hostname"])))
         if self._hf_cache is not None:
             inv["hf_models"] = self._hf_cache.models()
         return inv
+
+    def _default_address(self, hostname: str) -> str | None:
+        # Found again now and then: a host that changed networks reports its new address.
+        # Not at every inventory: a server name resolves through DNS, which may hang for
+        # seconds while it is down, and the inventory is read on the sampling loop.
+        facts, now = self._facts, self._clock()
+        if facts is None or facts.address:
+            return None
+        if self._address_read_at is None or now - self._address_read_at >= ADDRESS_EVERY_S:
+            self._address = default_address(facts.server, hostname)
+            self._address_read_at = now
+        return self._address
 
     def _cpu_model(self) -> str | None:
         # x86 says "model name"; many ARM kernels have no such line, so the model stays unknown.

@@ -130,3 +130,30 @@ def test_probe_prints_the_facts_of_its_flags_and_its_hf_cache(tmp_path):
     assert host["roles"] == []
     assert host["hf_models"] == [{"repo": "org/cached", "bytes": 3 * GB}]
     assert host["hostname"] == socket.gethostname()
+
+
+def test_the_default_address_is_looked_up_again_only_every_five_minutes(tmp_path, monkeypatch):
+    import agents.collectors.host as host_module
+
+    lookups = []
+
+    def counted(server, hostname):
+        lookups.append(server)
+        return default_address(server, hostname)
+
+    monkeypatch.setattr(host_module, "default_address", counted)
+    now = [0.0]
+    host = HostCollector(psutil_module=FakePsutil(), proc_root=str(tmp_path),
+                         sys_root=str(tmp_path), clock=lambda: now[0],
+                         facts=HostFacts(server="http://127.0.0.1:8000"))
+    assert host.inventory()["address"] == "127.0.0.1"
+    now[0] = 299.0
+    assert host.inventory()["address"] == "127.0.0.1"
+    assert len(lookups) == 1  # a DNS lookup may hang: not on every inventory
+    now[0] = 300.0
+    host.inventory()
+    assert len(lookups) == 2
+    given = HostCollector(psutil_module=FakePsutil(), proc_root=str(tmp_path),
+                          sys_root=str(tmp_path), facts=HostFacts(address="10.0.0.5"))
+    assert given.inventory()["address"] == "10.0.0.5"
+    assert len(lookups) == 2  # --advertise-address: nothing to look up
