@@ -195,12 +195,10 @@ def advance(rollout: Rollout, now: datetime | None = None) -> None:
             return
 
 
-def _go(step: Step, phase: str, current: Deployment | None = None,
-        keep_current: bool = False) -> bool:
+def _go(step: Step, phase: str, current: Deployment | None = None) -> bool:
+    """Into ``phase`` with ``current`` in hand (None: none), from now; True: moved on."""
     r = step.rollout
-    r.phase, r.phase_since = phase, step.now
-    if not keep_current:
-        r.current = current
+    r.phase, r.phase_since, r.current = phase, step.now, current
     r.save(update_fields=["phase", "phase_since", "current", "done"])
     return True
 
