@@ -240,6 +240,11 @@ class EngineModel:
         heapq.heappush(self._arrivals, (arrival, next(self._seq), request))
         return request
 
+    def skip_to(self, t: float) -> None:
+        """Let time pass to ``t`` without a step: the engine loop stood still (a wedged or
+        stopped EngineCore). What arrived meanwhile is admitted to the queue at ``t``."""
+        self.now = max(self.now, t)
+
     def advance(self, until: float) -> list[Request]:
         """Run steps until simulated time reaches ``until``; return the requests finished.
 

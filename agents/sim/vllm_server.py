@@ -18,6 +18,18 @@ argv it would give the real server. On SIGTERM it does what vLLM 0.32's API serv
 shutdown"); with vLLM's default, 0, every running completion gets a 500 (the EngineCore's
 "encountered an issue") at once. Then it exits 0. Real vLLM also cuts running streams short;
 the simulation serves no streams.
+
+A wedged engine loop (a real EngineCore that hangs stops stepping while its API server goes
+on) is one POST away: ``POST /sim/stall`` freezes every engine of the server where it stands.
+Running requests stay running and waiting ones wait; no token is generated and no request
+finishes; a new completion is accepted and joins the queue, and its HTTP call hangs. /health
+still answers 200 and /metrics serves the frozen gauges and counters: what the real API server
+shows while its EngineCore is SIGSTOPped. ``POST /sim/resume`` lets the engines go on from
+the moment of the resume (no step is run for the time they stood still; what arrived meanwhile
+is queued at once), and the held requests finish. Both answer the requests the engines hold
+(``{"stalled": true, "requests_running": 2, "requests_waiting": 0}``). They exist only on
+the simulated server, under /sim/ beside /sim/state, take no input, and only ever freeze or
+release this server's own engines: no vLLM has them.
 """
 
 from __future__ import annotations
@@ -121,6 +133,7 @@ class SimVllm:
         self.aborted = threading.Event()  # what still runs fails, as vLLM's abort does
         self.in_flight = 0  # HTTP requests between their first byte and their reply's last
         self.idle = threading.Condition(self.lock)
+        self.stalled = False  # POST /sim/stall: the engine loops stand still until resumed
         self._seen_prompts: set[int] = set()
         self.pid = options.pid if options.pid is not None else os.getpid()
         self.cpus = sorted(options.cpus if options.cpus is not None else _affinity())
@@ -158,13 +171,40 @@ class SimVllm:
             self._advance()
 
     def _advance(self) -> None:
-        if not self._start_if_due():
+        if not self._start_if_due() or self.stalled:
             return
         now = self.clock()
         for engine in self.engines:
             for request in engine.advance(now):
                 if request.tag is not None:
                     request.tag.set()  # wake the HTTP handler waiting for it
+
+    def stall(self) -> dict[str, Any]:
+        """POST /sim/stall: every engine loop stops where it is now, as a wedged EngineCore
+        does; the HTTP side goes on (health, metrics, new completions queued)."""
+        with self.lock:
+            self._advance()  # up to the moment of the stall, then no further
+            self.stalled = True
+            return self._held()
+
+    def resume(self) -> dict[str, Any]:
+        """POST /sim/resume: the engines go on from now; the time they stood still passes
+        without a step, so what they held and what arrived meanwhile is served after it."""
+        with self.lock:
+            if self.stalled:
+                now = self.clock()
+                for engine in self.engines:
+                    engine.skip_to(now)
+                self.stalled = False
+            self._advance()
+            held = self._held()
+        self.wake.set()  # the ticker answers the held completions at its busy pace
+        return held
+
+    def _held(self) -> dict[str, Any]:
+        return {"stalled": self.stalled,
+                "requests_running": sum(len(e.running) for e in self.engines),
+                "requests_waiting": sum(len(e.waiting) for e in self.engines)}
 
     def scrape(self, accept: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
         with self.lock:
@@ -380,6 +420,8 @@ class Handler(BaseHTTPRequestHandler):
                   raw: bytes) -> tuple[int, bytes, dict[str, str]]:
         if (method, path) == ("GET", "/sim/state"):
             return 200, _json(sim.state()), {}
+        if method == "POST" and path in _SIM_CONTROLS:
+            return 200, _json(_SIM_CONTROLS[path](sim)), {}
         if (method, path) not in _ROUTES:
             raise ApiError(404, "Not Found", "NotFoundError")
         if not sim.ready:
@@ -405,6 +447,10 @@ class Handler(BaseHTTPRequestHandler):
 _ROUTES = {("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"),
            ("GET", "/version"), ("POST", "/v1/completions")}
 _PATHS = {path for _, path in _ROUTES} | {"/sim/state"}
+# The simulation's own controls (no vLLM has them); their calls count under handler "none",
+# as a path vLLM does not serve would.
+_SIM_CONTROLS: dict[str, Callable[[SimVllm], dict[str, Any]]] = {
+    "/sim/stall": SimVllm.stall, "/sim/resume": SimVllm.resume}
 
 
 def _json(value: Any) -> bytes:
