@@ -23,6 +23,7 @@ from agents.config import AgentConfig, ConfigError, build_parser, config_from_ar
 from agents.control import ControlClient
 from agents.loop import Loop, Sampler, Sources, probe
 from agents.reconcile import EngineSet, Reconciler
+from agents.router.supervisor import RouterSupervisor
 from agents.spool import Spool
 from agents.supervisor.launch import DEFAULT_COMMAND
 from agents.supervisor.supervisor import Supervisor
@@ -87,15 +88,18 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
         warn(f"sending the agent token to {config.server} over plain http:// "
              "(--allow-insecure-http): anyone on the network path can read it")
     builder = BatchBuilder()
-    shipper = Shipper(IngestClient(config.server, config.token), spool,
-                      inventory=lambda: builder.inventory,
-                      on_inventory_needed=builder.inventory_needed, warn=warn)
+    shipper = _AnnouncingShipper(IngestClient(config.server, config.token), spool,
+                                 inventory=lambda: builder.inventory,
+                                 on_inventory_needed=builder.inventory_needed, warn=warn)
     loop = Loop(Sampler(sources, warn), builder, shipper.submit, config.interval, warn)
     log.info("pitwall-agent %s on %s: sending to %s every %s s; spool %s holds %d batches",
              __version__, config.hostname, config.server, config.interval, config.spool_dir,
              len(spool))
     stop = threading.Event()
-    supervision = _supervision(config, sources, shipper, warn) if config.supervise else None
+    supervision = None
+    if config.supervise or config.router:
+        supervision = _supervision(config, sources, shipper, warn)
+        shipper.on_new_config_version = supervision.reconciler.poke
     with _stop_on_signals(stop):
         shipper.start()
         if supervision is not None:
@@ -123,8 +127,30 @@ def _log_stop(builder: BatchBuilder, shipper: Shipper, spool: Spool) -> None:
              shipper.dropped_batches, evicted[0], len(spool))
 
 
+class _AnnouncingShipper(Shipper):
+    """The sender, ringing the control loop the moment an ingest reply carries a newer
+    config_version: the fetch (and a replica's removal from its router) then follows within
+    milliseconds rather than at the loop's next second."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.on_new_config_version: Callable[[], None] = lambda: None
+        self._config_version: int | None = None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def config_version(self) -> int | None:
+        return self._config_version
+
+    @config_version.setter
+    def config_version(self, value: int | None) -> None:
+        changed = value is not None and value != self._config_version
+        self._config_version = value
+        if changed:
+            self.on_new_config_version()
+
+
 class _Supervision:
-    """The supervisor and its control loop on a thread of their own (agents/reconcile.py)."""
+    """The supervisors and their control loop, on a thread of their own (reconcile.py)."""
 
     def __init__(self, reconciler: Reconciler) -> None:
         self.reconciler = reconciler
@@ -136,25 +162,38 @@ class _Supervision:
         self.thread.start()
 
     def close(self) -> None:
-        """vLLM instances drain and stop with the agent: nothing outlives it unsupervised."""
+        """vLLM instances drain and stop with the agent, then the routers (forwarding to
+        replicas elsewhere meanwhile): nothing outlives it unsupervised."""
+        self.reconciler.poke()  # stop is set: the loop's wait ends now
         if self.thread is not None:
             self.thread.join(timeout=5.0)
-        self.reconciler.supervisor.close()
+        if self.reconciler.supervisor is not None:
+            self.reconciler.supervisor.close()
+        if self.reconciler.routers is not None:
+            self.reconciler.routers.close()
 
 
 def _supervision(config: AgentConfig, sources: Sources, shipper: Shipper,
                  warn: Warn) -> _Supervision:
     assert config.server is not None and config.token is not None
-    simulated = config.gpu_backend == "sim"
-    command = list(config.vllm_command or (SIM_VLLM_COMMAND if simulated else DEFAULT_COMMAND))
-    nvml = getattr(sources.gpus, "_nvml", None) if simulated else None
-    engines = EngineSet(sources, lambda url: _vllm_collector(url, warn),
-                        list(config.vllm_metrics_urls), nvml, _sim_state_source())
-    log.info("supervising vLLM deployments with: %s", " ".join(command))
-    return _Supervision(Reconciler(ControlClient(config.server, config.token),
-                                   Supervisor(command, secrets=(config.token,)),
-                                   lambda: shipper.config_version,
-                                   engines, warn))
+    supervisor, engines, routers = None, None, None
+    if config.supervise:
+        simulated = config.gpu_backend == "sim"
+        command = list(config.vllm_command
+                       or (SIM_VLLM_COMMAND if simulated else DEFAULT_COMMAND))
+        nvml = getattr(sources.gpus, "_nvml", None) if simulated else None
+        engines = EngineSet(sources, lambda url: _vllm_collector(url, warn),
+                            list(config.vllm_metrics_urls), nvml, _sim_state_source())
+        log.info("supervising vLLM deployments with: %s", " ".join(command))
+        supervisor = Supervisor(command, secrets=(config.token,))
+    if config.router:
+        routers = RouterSupervisor(
+            None if config.router_command is None else list(config.router_command),
+            secrets=(config.token,))
+        log.info("running services' routers with: %s", " ".join(routers.command))
+    return _Supervision(Reconciler(ControlClient(config.server, config.token), supervisor,
+                                   lambda: shipper.config_version, engines, warn,
+                                   routers=routers))
 
 
 def _sim_state_source() -> Callable[[str], Any] | None:

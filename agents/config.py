@@ -62,6 +62,8 @@ class AgentConfig:
     supervise: bool = False  # run the deployments the control plane assigns to this host
     insecure_http: bool = False  # an http:// server off this machine, allowed by the flag
     vllm_command: tuple[str, ...] | None = None  # None: `vllm serve`, or the simulated vLLM
+    router: bool = False  # run the vllm-routers of the services routed through this host
+    router_command: tuple[str, ...] | None = None  # None: vllm-router on PATH or beside Python
     # What placement reads in the inventory (agents/collectors/placement_facts.py).
     labels: dict[str, str] = field(default_factory=dict)
     advertise_address: str | None = None  # None: the source address towards the server
@@ -187,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--vllm-command", metavar="CMD", default=None,
                      help='how to start vLLM, followed by the model and flags (default '
                           '"vllm serve"; with --gpu-backend sim, the simulated vLLM)')
+    run.add_argument("--router", action="store_true",
+                     help="run the vllm-router of each service the control plane routes "
+                          "through this host, its workers kept to the replicas in rotation "
+                          "(docs/agent.md)")
+    run.add_argument("--router-command", metavar="CMD", default=None,
+                     help='how to start vllm-router; the agent adds its flags (default '
+                          '"vllm-router" on PATH, else the one beside this Python)')
     commands.add_parser("probe", parents=[common],
                         help="collect one interval and print the batch as JSON")
     return parser
@@ -226,13 +235,20 @@ def config_from_args(args: argparse.Namespace,
             f"refusing {server}: over http:// to another machine the agent token (and, with "
             "--supervise, the deployments' env) travels in clear; use https://, or pass "
             "--allow-insecure-http if this network is private")
-    command = None
-    if args.vllm_command is not None:
-        command = tuple(shlex.split(args.vllm_command))
-        if not command:
-            raise ConfigError("--vllm-command is empty")
     return dataclasses.replace(config, server=server, token=token, supervise=args.supervise,
-                               vllm_command=command, insecure_http=insecure)
+                               vllm_command=_command(args.vllm_command, "--vllm-command"),
+                               router=args.router,
+                               router_command=_command(args.router_command, "--router-command"),
+                               insecure_http=insecure)
+
+
+def _command(text: str | None, flag: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    command = tuple(shlex.split(text))
+    if not command:
+        raise ConfigError(f"{flag} is empty")
+    return command
 
 
 def _labels(pairs: list[tuple[str, str]]) -> dict[str, str]:

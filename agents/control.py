@@ -31,16 +31,21 @@ class ControlClient:
                          "User-Agent": f"pitwall-agent/{__version__}"}
 
     def config(self) -> dict[str, Any]:
-        """{"version": n, "deployments": [...]} for this agent's host."""
+        """{"version": n, "deployments": [...], "routers": [...]} for this agent's host."""
         body = self._call("GET", CONFIG_PATH, None)
         if not isinstance(body.get("version"), int) or not isinstance(
                 body.get("deployments"), list):
             raise ControlError("the config reply lacks version or deployments")
         return body
 
-    def report(self, statuses: list[dict[str, Any]]) -> int:
-        """Send the supervisor's status; returns how many the server stored."""
-        return int(self._call("POST", STATUS_PATH, {"deployments": statuses}).get("stored", 0))
+    def report(self, statuses: list[dict[str, Any]],
+               routers: list[dict[str, Any]] | None = None) -> int:
+        """Send the supervisor's status, and the routers' with --router (None: the key is
+        left out); returns how many deployments the server stored."""
+        payload: dict[str, Any] = {"deployments": statuses}
+        if routers is not None:
+            payload["routers"] = routers
+        return int(self._call("POST", STATUS_PATH, payload).get("stored", 0))
 
     def _call(self, method: str, path: str, payload: Any) -> dict[str, Any]:
         body = None if payload is None else json.dumps(payload).encode()
