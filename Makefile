@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-placement bench-stack bench-selfmetrics bench-real-vllm bench-diagnoses gpu-check lint install lock test-lowest preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-placement bench-service-stall bench-stack bench-selfmetrics bench-real-vllm bench-diagnoses gpu-check lint install lock test-lowest preflight clean
 
 # .venv holds exactly what requirements.lock.txt pins, checked against its hashes (pip, with
 # this machine's pip configuration), then Pitwall itself, editable, without dependencies. The
@@ -167,7 +167,7 @@ gpu-check:
 	  echo "Could not install nvidia-ml-py into $(GPU_CHECK_VENV)"; exit 2; }
 	@PYTHONPATH=$(CURDIR) $(GPU_CHECK_VENV)/bin/python -m agents.gpu_check
 
-bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-placement bench-stack bench-selfmetrics
+bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-export bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-placement bench-service-stall bench-stack bench-selfmetrics
 
 bench-ingest: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
@@ -206,6 +206,12 @@ bench-silences: $(STAMP)
 # A service's replicas over 1,000 simulated hosts: placement's time and reasons (no database).
 bench-placement: $(STAMP)
 	@$(PY) -m tests.bench.placement
+
+# A replica's engine loop wedged under load, 5 times at each stall span (10 s, 5 s): stall to
+# verdict, to out of vllm-router's list, the requests it held, client errors (simulated
+# replicas behind the real router, every process real).
+bench-service-stall: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.service_stall
 
 # Not part of `make bench`: it needs the real vLLM (installed by its prerequisite).
 bench-real-vllm: preflight real-vllm

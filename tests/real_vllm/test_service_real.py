@@ -33,9 +33,9 @@ from controlplane.fleet.models import (
     ServiceEventKind,
 )
 from tests.real_vllm.engine import VERSION, engine_vars
-from tests.real_vllm.service_load import ServiceLoad, ttft_p99
 from tests.support.live import Process, free_port, start_server
 from tests.support.polling import wait_until
+from tests.support.service_load import ServiceLoad, ttft_p99
 from tests.tuning.loop import agent_token_file, staff_api
 
 pytestmark = pytest.mark.real_vllm

@@ -1,9 +1,13 @@
-"""Steady streaming clients through a service's router, and everything they saw.
+"""Steady clients through a service's router, and everything they saw.
 
 Every request is kept with its start, its time to first token and its outcome, so a test can
 ask what the clients saw in any span (steady state, a rollout, a stall) and a benchmark can
 print it. Nothing is retried here: a request the router or a replica failed or refused counts
 as failed at the client, which is the figure a service promises to keep at 0.
+
+The clients stream (a real vLLM's replicas: the time to first token is measured), or, with
+``stream=False``, read each answer whole (the simulated vLLM serves no streams; no time to
+first token then).
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ class ServiceLoad:
     """``clients`` threads, each streaming one completion after another through ``url``."""
 
     def __init__(self, url: str, model: str, clients: int = 4, prompt_tokens: int = 48,
-                 max_tokens: int = 48, pause_s: float = 0.2) -> None:
-        self.url, self.model = url.rstrip("/"), model
+                 max_tokens: int = 48, pause_s: float = 0.2, stream: bool = True) -> None:
+        self.url, self.model, self.stream = url.rstrip("/"), model, stream
         self.prompt_tokens, self.max_tokens, self.pause_s = prompt_tokens, max_tokens, pause_s
         self.sent: list[Sent] = []
         self._lock = threading.Lock()
@@ -73,23 +77,28 @@ class ServiceLoad:
 
     def _one(self, prompt: str) -> Sent:
         body = {"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens,
-                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+                "ignore_eos": True, "stream": self.stream}
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
         request = urllib.request.Request(f"{self.url}/v1/completions",
                                          data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         start, first, tokens, chunks = time.time(), None, None, 0
         try:
             with urllib.request.urlopen(request, timeout=300) as reply:
-                for raw in reply:
-                    line = raw.decode(errors="replace").strip()
-                    if not line.startswith("data: {"):
-                        continue
-                    chunk = json.loads(line[len("data: "):])
-                    if chunk.get("choices"):
-                        chunks += 1
-                        first = first or time.time()
-                    if chunk.get("usage"):
-                        tokens = chunk["usage"]["completion_tokens"]
+                if not self.stream:
+                    tokens = json.loads(reply.read())["usage"]["completion_tokens"]
+                else:
+                    for raw in reply:
+                        line = raw.decode(errors="replace").strip()
+                        if not line.startswith("data: {"):
+                            continue
+                        chunk = json.loads(line[len("data: "):])
+                        if chunk.get("choices"):
+                            chunks += 1
+                            first = first or time.time()
+                        if chunk.get("usage"):
+                            tokens = chunk["usage"]["completion_tokens"]
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:200].decode(errors="replace")
             return Sent(start, None, time.time(), 0, f"HTTP {exc.code}: {detail}")
