@@ -137,7 +137,8 @@ class RouterSupervisor:
         self.command = list(default_command() if command is None else command)
         self.clock, self.secrets, self._spawn = clock, tuple(secrets), spawn
         self._probe, self._healthy = probe, {}  # port -> the last probe's answer
-        self.runtime = Runtime(self._launch, self._probed, new_backoff, startup_timeout_s)
+        self.runtime = Runtime(self._launch, self._probed, new_backoff=new_backoff,
+                               startup_timeout_s=startup_timeout_s, clock=clock)
         self.routers: dict[int, _Router] = {}
         self.placeholders = Placeholders()
 
