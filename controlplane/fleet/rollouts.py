@@ -73,7 +73,6 @@ log = logging.getLogger(__name__)
 # services module imports this one).
 REPLICA_FIELDS = ("model", "vllm_version", "args", "env", "drain_timeout_s")
 ROUTER_WAIT_S = 5.0  # the router's report is waited for at most this long
-READY_TIMEOUT_MIN_S = 120.0
 READY_TIMEOUT_MAX_S = 1800.0
 READY_TIMEOUT_FACTOR = 3.0  # x the slowest start seen among the service's replicas
 DRAIN_GRACE_S = 30.0  # beyond the drain timeout: the agent's fetch and its signal
@@ -443,11 +442,15 @@ def _apply(d: Deployment, config: dict, service: Service, reason: str) -> None:
 
 def ready_timeout_s(service: Service) -> float:
     """How long a replica may take to become ready: 3 x the slowest start seen among the
-    service's replicas (process start to API ready), at least 120 s, at most 1800 s."""
+    service's replicas (process start to API ready), at least ROLLOUT_READY_MIN_S, at most
+    1800 s. The floor is for a start slower than the ones seen: a replica restarted under load
+    (measured: the real tiny model readied in 35 s alone, and took over 120 s beside two
+    replicas serving on the same 2 cores)."""
     starts = [t for phases in service.replica_set.values_list("start_phases", flat=True)
               if (t := time_to_ready(phases)) is not None]
     slowest = max(starts, default=0.0)
-    return min(max(READY_TIMEOUT_FACTOR * slowest, READY_TIMEOUT_MIN_S), READY_TIMEOUT_MAX_S)
+    floor = float(settings.PITWALL["ROLLOUT_READY_MIN_S"])
+    return min(max(READY_TIMEOUT_FACTOR * slowest, floor), max(READY_TIMEOUT_MAX_S, floor))
 
 
 def check_window_s(step: Step) -> float:
@@ -467,7 +470,10 @@ def _start_surge(step: Step, old: Deployment) -> Deployment | None:
     already = list(step.service.replica_set.values_list("host_id", flat=True))
     need = placement.need_for(step.service, hosts, 1, already=already)
     made = placement.place(need, hosts)
-    if not made.slots:
+    # Only spare GPUs make a surge: a replica of vLLM's CPU build (no GPUs) would start on the
+    # cores the serving replicas use, slowing them and itself (measured on the real build:
+    # the surge replica was not ready in 120 s beside two serving ones on 2 cores).
+    if not made.slots or not made.slots[0].gpu_indices:
         return None
     slot = made.slots[0]
     surge = Deployment(host_id=slot.host_id, name=_surge_name(step.service, old, slot.host_id),

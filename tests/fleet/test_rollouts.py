@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from controlplane.alerts.evaluate import evaluate
 from controlplane.alerts.models import Alert, AlertRule, AlertState
@@ -119,13 +120,13 @@ def test_a_replica_that_never_becomes_ready_rolls_the_change_back_and_alerts(rol
     run(clock, agents, ended(service))
     rollout = Rollout.objects.get(service=service, to_revision=bad_revision)
     assert rollout.state == RolloutState.ROLLED_BACK
-    assert "llama-0 was not ready within 120 s (state crashed" in rollout.detail
+    assert "llama-0 was not ready within 300 s (state crashed" in rollout.detail
     assert "exit 1: bad flag" in rollout.detail
     # every replica runs the old arguments again; the one that changed has a new revision
     first = replicas(service)[0]
     assert [d.args for d in replicas(service)] == [old_args] * 3
     newest = DeploymentRevision.objects.filter(deployment=first).order_by("-revision").first()
-    assert newest.reason.startswith("rollback: llama-0 was not ready within 120 s")
+    assert newest.reason.startswith("rollback: llama-0 was not ready within 300 s")
     # the service's desired config is back too (heals and new replicas take it)
     service.refresh_from_db()
     assert service.args == old_args and service.revision == bad_revision + 1
@@ -239,6 +240,24 @@ def test_with_spare_gpus_a_surge_replica_keeps_capacity_whole(db):
     assert surges.count() == 3
 
 
+def test_replicas_without_gpus_roll_in_place_though_a_surge_is_allowed(db):
+    """vLLM's CPU build: a surge replica would start on the cores the serving ones use."""
+    for i in range(2):
+        Host.objects.create(hostname=f"cpu-{i}", last_seen=timezone.now(), cpu_count=2,
+                            inventory={"labels": {"pool": "cpu"}, "address": "127.0.0.1",
+                                       "port_range": [7000 + 100 * i, 7099 + 100 * i]})
+    router = router_host()
+    service = make_service(router, replicas=2, selector={"pool": "cpu"}, max_surge=1)
+    agents, clock = Agents(service, router), Clock()
+    run(clock, agents, lambda: all(d.in_rotation for d in replicas(service)))
+    assert all(d.gpu_indices == [] for d in replicas(service))
+    change_args(service, max_num_seqs=256)
+    run(clock, agents, ended(service))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+    assert len(replicas(service)) == 2
+    assert not ServiceEvent.objects.filter(service=service, data__phase="surge_starting")
+
+
 def test_an_accepted_suggestion_for_a_replica_rolls_through_its_service(rolling):
     service, agents, clock, _ = rolling
     d = replicas(service)[1]
@@ -275,7 +294,8 @@ def test_advancing_again_without_news_changes_nothing(rolling):
     assert ServiceEvent.objects.filter(service=service).count() == events
 
 
-def test_the_ready_timeout_follows_the_slowest_start_seen(rolling):
+def test_the_ready_timeout_follows_the_slowest_start_seen(rolling, settings):
+    settings.PITWALL = {**settings.PITWALL, "ROLLOUT_READY_MIN_S": 120}
     service, _, _, _ = rolling
     assert rollouts.ready_timeout_s(service) == 120
     Deployment.objects.filter(pk=replicas(service)[0].pk).update(
