@@ -77,6 +77,12 @@ READY_TIMEOUT_MAX_S = 1800.0
 READY_TIMEOUT_FACTOR = 3.0  # x the slowest start seen among the service's replicas
 DRAIN_GRACE_S = 30.0  # beyond the drain timeout: the agent's fetch and its signal
 ERROR_SHARE_MARGIN = 0.05  # more failed requests than the baseline by this share: regressed
+# A p99 needs requests behind it: the check goes on until each side has this many with a first
+# token, for at most CHECK_EXTEND x its window, then judges the failed requests alone. (The
+# real CPU build's replicas each finished 2 requests in a 15 s check, and the p99 of 2
+# requests across a histogram bucket's edge read as TTFT doubled.)
+MIN_REQUESTS = 20
+CHECK_EXTEND = 4
 MAX_STEPS = 12  # transitions in one advance (each replica takes about six)
 
 
@@ -334,10 +340,13 @@ def _checking(step: Step) -> bool:
     if d is None:
         raise Stop("the replica in hand is gone")
     _still_serving(d, "during its check")
-    window = check_window_s(step)
-    if step.waited_s < window:
+    least = check_window_s(step)
+    if step.waited_s < least:
         return False
-    verdict, summary = check(step, d, window)
+    window = step.waited_s
+    verdict, summary = check(step, d, window, final=window >= least * CHECK_EXTEND)
+    if verdict is None:
+        return False  # too few requests behind a p99 yet
     if verdict == Verdict.REGRESSED:
         raise Stop(f"{d.name} regressed against the replicas not yet changed over "
                    f"{window:.0f} s: {summary}")
@@ -514,11 +523,15 @@ def _surged_over(service: Service, d: Deployment) -> Deployment | None:
 # -- the check --------------------------------------------------------------------------------
 
 
-def check(step: Step, d: Deployment, window: float) -> tuple[str, str]:
+def check(step: Step, d: Deployment, window: float,
+          final: bool = True) -> tuple[str | None, str]:
     """The changed replica over the window against the replicas not yet changed over the same
     window (where none is left: itself before it changed), as the tuning verifier judges a
-    change: its guards on throughput, TTFT p99, ITL p99 and preemptions; and its failed
-    requests, which may not exceed the baseline's share by ERROR_SHARE_MARGIN."""
+    change, on what a replica's own quality is: TTFT p99, ITL p99 and preemptions within the
+    verifier's guards, and failed requests no more than the baseline's share plus
+    ERROR_SHARE_MARGIN. Not throughput: a replica generates what the router sends it. The
+    latencies are judged once each side has MIN_REQUESTS; before that the verdict is None
+    (check longer) unless ``final``, when the failed requests decide alone."""
     lo, hi = step.now - timedelta(seconds=window), step.now
     engines = routing.engines_of([d])
     if d.pk not in engines:
@@ -531,11 +544,20 @@ def check(step: Step, d: Deployment, window: float) -> tuple[str, str]:
     else:
         left = _left_router_at(step.rollout, d) or lo
         before = measure([engines[d.pk]], left - timedelta(seconds=window), left)
-    verdict, summary = verify.judge("", before, after)
-    errors = _error_regression(before, after)
-    if errors:
-        return Verdict.REGRESSED, f"{errors}; {summary}"
-    return verdict, summary
+    if errors := _error_regression(before, after):
+        return Verdict.REGRESSED, errors
+    counts = (int(after.get("requests") or 0), int(before.get("requests") or 0))
+    if min(counts) < MIN_REQUESTS:
+        if not final:
+            return None, ""
+        return Verdict.UNCHANGED, (
+            f"latencies not compared: {counts[0]} request(s) on it and {counts[1]} on the "
+            f"others in {window:.0f} s, fewer than {MIN_REQUESTS}; no more failed requests")
+    return verify.judge("", _own_quality(before), _own_quality(after))
+
+
+def _own_quality(figures: dict) -> dict:
+    return {**figures, "generation_tokens_per_s": None}
 
 
 def _error_regression(before: dict, after: dict) -> str:
@@ -580,15 +602,15 @@ def measure(engine_ids: list[int], lo: datetime, hi: datetime) -> dict[str, floa
         out[name] = None if value is None else round(float(value), 4)
     if finished:
         out["error_share"] = float(failed or 0.0) / float(finished)
-    out["ttft_p99_s"] = _p99(table, "ttft_seconds", engine_ids, lo, hi)
-    out["itl_p99_s"] = _p99(table, "itl_seconds", engine_ids, lo, hi)
+    out["ttft_p99_s"], out["requests"] = _p99(table, "ttft_seconds", engine_ids, lo, hi)
+    out["itl_p99_s"], _ = _p99(table, "itl_seconds", engine_ids, lo, hi)
     return out
 
 
 def _p99(table: str, key: str, engine_ids: list[int], lo: datetime,
-         hi: datetime) -> float | None:
-    """p99 from the bucket counts summed over the rows; a layout change inside the window:
-    the layout holding the most observations speaks for it."""
+         hi: datetime) -> tuple[float | None, int]:
+    """p99 from the bucket counts summed over the rows, and the observations behind it; a
+    layout change inside the window: the layout holding the most observations speaks for it."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT t.{key}_layout, u.i, sum(u.c)::int8 FROM {table} t "
@@ -601,11 +623,11 @@ def _p99(table: str, key: str, engine_ids: list[int], lo: datetime,
     for layout, _, count in rows:
         by_layout.setdefault(layout, []).append(int(count or 0))
     if not by_layout:
-        return None
+        return None, 0
     layout, counts = max(by_layout.items(), key=lambda item: sum(item[1]))
     bounds = HistogramLayout.objects.filter(pk=layout).values_list("bounds", flat=True).first()
     value = histogram_quantile(0.99, bounds or [], counts)
-    return None if value is None else round(value, 4)
+    return (None if value is None else round(value, 4)), sum(counts)
 
 
 # -- rolling back -----------------------------------------------------------------------------

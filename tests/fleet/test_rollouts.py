@@ -187,6 +187,44 @@ def test_a_canary_within_the_guards_lets_the_rollout_go_on(db):
     assert verdicts == [State.UNCHANGED] * 3
 
 
+def test_a_canary_that_the_router_sends_less_is_not_judged_by_its_throughput(db):
+    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
+    change_args(service, max_num_seqs=512)
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
+    lo, hi = clock.now, clock.now + timedelta(seconds=61)
+    for d in replicas(service):
+        engine_rows(d, lo, hi, requests_running=8.0, requests_finished_per_s=2.0,
+                    generation_tokens_per_s=100.0 if d.replica == 0 else 500.0,
+                    ttft_seconds_layout=ttft, ttft_seconds_counts=[2, 8, 0, 0, 0, 0, 0],
+                    itl_seconds_layout=itl, itl_seconds_counts=[0, 10, 0, 0, 0, 0])
+    run(clock, agents, ended(service))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+
+
+def test_a_p99_of_a_few_requests_is_not_judged_the_check_goes_on_then_counts_failures(db):
+    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
+    change_args(service, max_num_seqs=512)
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
+    lo = clock.now
+    hi = lo + timedelta(seconds=60 * rollouts.CHECK_EXTEND + 10)
+    # a request every 30 s on each replica, the canary's four times slower: 9 requests each
+    for d in replicas(service):
+        engine_rows(d, lo, hi, step_s=30.0, requests_running=1.0, requests_finished_per_s=0.03,
+                    ttft_seconds_layout=ttft, itl_seconds_layout=itl,
+                    ttft_seconds_counts=[0, 0, 0, 1, 0, 0, 0] if d.replica == 0 else
+                    [1, 0, 0, 0, 0, 0, 0])
+    run(clock, agents, lambda: rollout_of(service).phase != rollouts.Phase.CHECKING
+        or clock.now > lo + timedelta(seconds=100))
+    assert rollout_of(service).phase == rollouts.Phase.CHECKING  # past 60 s, still checking
+    run(clock, agents, ended(service))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+    first = ServiceEvent.objects.filter(service=service, data__phase="checking").order_by(
+        "id").first()
+    assert "latencies not compared: " in first.message and "fewer than 20" in first.message
+
+
 def test_failed_requests_on_the_changed_replica_roll_back(rolling):
     service, agents, clock, _ = rolling
     change_args(service, max_num_seqs=512)
