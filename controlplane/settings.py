@@ -444,6 +444,7 @@ PITWALL = {
     "SERVICE_TICK_S": envint("PITWALL_SERVICE_TICK_S", 2, minimum=1),
     "SERVICE_STALL_S": envint("PITWALL_SERVICE_STALL_S", 10, minimum=3),
     "ROLLOUT_CHECK_S": envint("PITWALL_ROLLOUT_CHECK_S", 30, minimum=0),
+    "ROLLOUT_SETTLE_S": envint("PITWALL_ROLLOUT_SETTLE_S", 15, minimum=0),
     "ROLLOUT_READY_MIN_S": envint("PITWALL_ROLLOUT_READY_MIN_S", 300, minimum=10),
     "HEAL_OFFLINE_S": envint("PITWALL_HEAL_OFFLINE_S", 60, minimum=0),
     # Objectives (docs/efficiency.md): a request meets them when its TTFT is under

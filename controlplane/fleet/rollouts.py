@@ -340,10 +340,13 @@ def _checking(step: Step) -> bool:
     if d is None:
         raise Stop("the replica in hand is gone")
     _still_serving(d, "during its check")
+    # The first seconds back in the router are a transient, not the config: the router sends
+    # the idle replica the next requests in a burst, and its first ones include its warm-up.
+    settle = float(settings.PITWALL["ROLLOUT_SETTLE_S"])
     least = check_window_s(step)
-    if step.waited_s < least:
+    if step.waited_s < settle + least:
         return False
-    window = step.waited_s
+    window = step.waited_s - settle
     verdict, summary = check(step, d, window, final=window >= least * CHECK_EXTEND)
     if verdict is None:
         return False  # too few requests behind a p99 yet

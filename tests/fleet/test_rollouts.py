@@ -202,6 +202,28 @@ def test_a_canary_that_the_router_sends_less_is_not_judged_by_its_throughput(db)
     assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
 
 
+def test_the_first_seconds_back_in_the_router_are_not_judged(db, settings):
+    settings.PITWALL = {**settings.PITWALL, "ROLLOUT_SETTLE_S": 15}
+    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
+    change_args(service, max_num_seqs=512)
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
+    lo = clock.now
+    settled, hi = lo + timedelta(seconds=16), lo + timedelta(seconds=90)
+    common = {"requests_running": 8.0, "requests_finished_per_s": 2.0,
+              "ttft_seconds_layout": ttft, "itl_seconds_layout": itl,
+              "itl_seconds_counts": [0, 10, 0, 0, 0, 0]}
+    canary, *others = replicas(service)
+    # its warm-up and the router's burst: four times slower, then as fast as the others
+    engine_rows(canary, lo, settled - timedelta(seconds=1), **common,
+                ttft_seconds_counts=[0, 0, 0, 2, 8, 0, 0])
+    engine_rows(canary, settled, hi, **common, ttft_seconds_counts=[2, 8, 0, 0, 0, 0, 0])
+    for d in others:
+        engine_rows(d, lo, hi, **common, ttft_seconds_counts=[2, 8, 0, 0, 0, 0, 0])
+    run(clock, agents, ended(service))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+
+
 def test_a_p99_of_a_few_requests_is_not_judged_the_check_goes_on_then_counts_failures(db):
     service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
     change_args(service, max_num_seqs=512)
