@@ -190,6 +190,7 @@ def test_a_canary_within_the_guards_lets_the_rollout_go_on(db):
 def test_a_canary_that_the_router_sends_less_is_not_judged_by_its_throughput(db):
     service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
     change_args(service, max_num_seqs=512)
+    changed = service.revision
     run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
     ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
     lo, hi = clock.now, clock.now + timedelta(seconds=61)
@@ -199,13 +200,15 @@ def test_a_canary_that_the_router_sends_less_is_not_judged_by_its_throughput(db)
                     ttft_seconds_layout=ttft, ttft_seconds_counts=[2, 8, 0, 0, 0, 0, 0],
                     itl_seconds_layout=itl, itl_seconds_counts=[0, 10, 0, 0, 0, 0])
     run(clock, agents, ended(service))
-    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+    rollout = Rollout.objects.get(service=service, to_revision=changed)
+    assert rollout.state == RolloutState.SUCCEEDED, rollout.detail
 
 
 def test_the_first_seconds_back_in_the_router_are_not_judged(db, settings):
     settings.PITWALL = {**settings.PITWALL, "ROLLOUT_SETTLE_S": 15}
     service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
     change_args(service, max_num_seqs=512)
+    changed = service.revision
     run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
     ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
     lo = clock.now
@@ -221,12 +224,14 @@ def test_the_first_seconds_back_in_the_router_are_not_judged(db, settings):
     for d in others:
         engine_rows(d, lo, hi, **common, ttft_seconds_counts=[2, 8, 0, 0, 0, 0, 0])
     run(clock, agents, ended(service))
-    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+    rollout = Rollout.objects.get(service=service, to_revision=changed)
+    assert rollout.state == RolloutState.SUCCEEDED, rollout.detail
 
 
 def test_a_p99_of_a_few_requests_is_not_judged_the_check_goes_on_then_counts_failures(db):
     service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
     change_args(service, max_num_seqs=512)
+    changed = service.revision
     run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
     ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
     lo = clock.now
@@ -241,7 +246,8 @@ def test_a_p99_of_a_few_requests_is_not_judged_the_check_goes_on_then_counts_fai
         or clock.now > lo + timedelta(seconds=100))
     assert rollout_of(service).phase == rollouts.Phase.CHECKING  # past 60 s, still checking
     run(clock, agents, ended(service))
-    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+    rollout = Rollout.objects.get(service=service, to_revision=changed)
+    assert rollout.state == RolloutState.SUCCEEDED, rollout.detail
     first = ServiceEvent.objects.filter(service=service, data__phase="checking").order_by(
         "id").first()
     assert "latencies not compared: " in first.message and "fewer than 20" in first.message
