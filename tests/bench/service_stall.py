@@ -60,7 +60,7 @@ def series(stack, span: int, stalls: int) -> dict:
     settings.PITWALL["SERVICE_STALL_S"] = span  # the controller's thread reads it each tick
     figures = []
     for i in range(stalls):
-        stall = stack.stall(replica=1 + i % REPLICAS)
+        stall = stack.stall(replica=i % REPLICAS)  # slots 0 .. REPLICAS-1, in turn
         figures.append(stall.figures())
         f = figures[-1]
         print(f"  stall {i + 1} (replica {f['replica']}): verdict after "

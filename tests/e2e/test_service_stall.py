@@ -38,7 +38,7 @@ def test_a_stalled_replica_leaves_the_router_its_requests_counted_and_returns(st
     # steady load first: each replica answers through the router
     stack.wait_until_each_replica_answered()
 
-    stall = stack.stall(replica=2)
+    stall = stack.stall(replica=2)  # the last of slots 0, 1, 2
     print(f"\nstall: {stall.figures()}")
 
     event = stall.event
