@@ -53,7 +53,7 @@ def stalled_engines(engine_ids: Iterable[int] | None = None,
     stalled = _fetch(
         f"SELECT e.id FROM unnest(%(ids)s::int[]) AS e(id)\n"
         f"CROSS JOIN LATERAL (SELECT min(ts) AS first, max(ts) AS last,\n"
-        f"  bool_or({_MOVING}) AS moving\n"
+        f"  coalesce(bool_or({_MOVING}) FILTER (WHERE ts > %(start)s), true) AS moving\n"
         f"  FROM {table} WHERE engine_id = e.id AND ts > %(lo)s AND ts <= %(now)s) s\n"
         f"WHERE s.first <= %(start)s AND s.last > %(fresh)s AND NOT s.moving",
         {"ids": ids, "lo": now - span - timedelta(seconds=FRESH_S), "now": now,

@@ -74,7 +74,7 @@ class Controller:
 
 @pytest.fixture
 def service_stack(empty_samples, tmp_path, settings, vllm_install):
-    settings.PITWALL = {**settings.PITWALL, "SERVICE_STALL_S": 5, "ROLLOUT_CHECK_S": 15}
+    settings.PITWALL = {**settings.PITWALL, "SERVICE_STALL_S": 5, "ROLLOUT_CHECK_S": 30}
     api = staff_api()
     token_file = agent_token_file(tmp_path, "cpu-host")
     port, base = free_port(), free_port()
@@ -150,7 +150,8 @@ def test_a_change_rolls_through_real_replicas_without_a_failed_request_and_a_sta
     wait_until(lambda: serving(Service.objects.get(pk=service.pk), 2, 1), 600,
                explain(agent), every=2)
 
-    load = ServiceLoad(f"http://127.0.0.1:{router_port}", str(vllm_install.model)).start()
+    load = ServiceLoad(f"http://127.0.0.1:{router_port}", str(vllm_install.model), clients=6,
+                       prompt_tokens=32, max_tokens=16).start()
     try:
         answered(load, time.time(), agent)
         changed_at = time.time()
@@ -215,5 +216,5 @@ def stall_one_replica(service: Service, load: ServiceLoad, agent: Process) -> di
         "stall_to_verdict_s": round(verdict_at - stopped_at, 1),
         "verdict_to_router_s": round(out_at - verdict_at, 1),
         "out_of_rotation_s": round(out_at - stopped_at, 1),
-        "held_requests": event.data.get("held_requests"),
+        "held_requests": event.data.get("held"),
         "failed_while_stalled": len(load.failed(stopped_at, out_at + 5))}}

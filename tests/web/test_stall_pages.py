@@ -78,3 +78,13 @@ def test_an_engine_whose_rows_stopped_is_not_known_to_be_stalled(page_fleet, sta
                            for age in range(stall_s + 120, 60, -2)])
     assert stalled_engines(now=now) == {}
     assert list(stalled_engines(now=now - timedelta(seconds=61))) == [page_fleet.engine.id]
+
+
+def test_the_verdict_comes_once_the_span_is_still_not_a_freshness_margin_later(page_fleet):
+    """Progress a few seconds before the span began does not hold the verdict back: only the
+    span's own rows must be still (the rows before it only show the span is covered)."""
+    span = 10
+    history(page_fleet.engine, lambda age: {**RUNNING, **(MOVING if age > span + 1 else STILL)},
+            span + 40)
+    assert list(stalled_engines([page_fleet.engine.id], span_s=span)) == [page_fleet.engine.id]
+    assert stalled_engines([page_fleet.engine.id], span_s=span + 4) == {}
