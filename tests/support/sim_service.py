@@ -7,12 +7,17 @@ live; the service controller's tick on a thread of this process, as beat runs it
 is created through the HTTP API. ``stall`` wedges one replica's engine loop (the simulated
 vLLM's ``POST /sim/stall``) under the clients' load and follows it out of the router and, once
 resumed, back in. tests/e2e/test_service_stall.py asserts on it; tests/bench/service_stall.py
-measures it.
+measures it. With ``hosts=2`` the replicas spread over two GPU hosts, and ``lose_host`` kills
+one of them whole (its agent and its replicas, SIGKILL) for healing to replace what it held:
+tests/e2e/test_service_replica_loss.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -22,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -128,8 +134,11 @@ class SimServiceStack:
     """The processes of the module docstring; ``start`` brings them up, ``stop`` ends them."""
 
     def __init__(self, workdir: Path, server_env: dict[str, str], *, replicas: int = 3,
-                 tick_s: float | None = None, interval_s: float = 1.0) -> None:
+                 hosts: int = 1, tick_s: float | None = None, interval_s: float = 1.0) -> None:
         self.workdir, self.server_env, self.replicas = workdir, server_env, replicas
+        # Each GPU host has a GPU per replica: any one of them can take the whole service.
+        self.gpu_hosts = [GPU_HOST, *(f"{GPU_HOST}-{n}" for n in range(2, hosts + 1))]
+        self.gpu_agents: dict[str, Process] = {}
         self.tick_s = tick_s if tick_s is not None else settings.PITWALL["SERVICE_TICK_S"]
         self.interval_s = interval_s
         self.port, self.router_port = free_port(), free_port()
@@ -148,7 +157,10 @@ class SimServiceStack:
         self.api_token = self._deployer_token()
         self.processes.append(start_server(self.port, self.workdir / "server.log",
                                            self.server_env))
-        self.processes.append(self._gpu_agent())
+        low = free_port()  # the replicas' ports: each host's port range from a free one on
+        for n, hostname in enumerate(self.gpu_hosts):  # disjoint: the hosts share 127.0.0.1
+            self.gpu_agents[hostname] = self._gpu_agent(hostname, low + 20 * n)
+            self.processes.append(self.gpu_agents[hostname])
         self.processes.append(self._router_agent())
         self.controller = Controller(self.tick_s).start()
         return self
@@ -173,14 +185,14 @@ class SimServiceStack:
         path.write_text(issue_agent_token(hostname)[0])
         return path
 
-    def _gpu_agent(self) -> Process:
-        low = free_port()  # the replicas' ports: the host's port range from a free one on
-        return sim_agent(self.port, self._token_file(GPU_HOST), GPU_HOST,
-                         self.workdir / "gpu-spool", gpus=self.replicas,
+    def _gpu_agent(self, hostname: str, low: int) -> Process:
+        name = "gpu" if hostname == GPU_HOST else hostname  # the one-host stack's names
+        return sim_agent(self.port, self._token_file(hostname), hostname,
+                         self.workdir / f"{name}-spool", gpus=self.replicas,
                          interval=self.interval_s,
                          extra=("--supervise", "--port-range", f"{low}-{low + 19}",
                                 "--advertise-address", "127.0.0.1"),
-                         log=self.workdir / "gpu-agent.log")
+                         log=self.workdir / f"{name}-agent.log")
 
     def _router_agent(self) -> Process:
         return Process([sys.executable, "-m", "agents", "run", "--server", self.base,
@@ -198,8 +210,8 @@ class SimServiceStack:
         router = wait_until(lambda: Host.objects.filter(
             hostname=ROUTER_HOST, inventory__roles__contains=["router"]).first(), START_S,
             self.explain)
-        wait_until(lambda: Host.objects.filter(hostname=GPU_HOST, gpus__isnull=False)
-                   .exists(), START_S, self.explain)
+        wait_until(lambda: Host.objects.filter(hostname__in=self.gpu_hosts, gpus__isnull=False)
+                   .distinct().count() == len(self.gpu_hosts), START_S, self.explain)
         made = call("POST", f"{self.base}/api/v1/services/", {
             "name": name, "model": MODEL, "vllm_version": "0.33.0",
             "args": {"max_num_seqs": 64}, "env": REPLICA_ENV, "replicas": self.replicas,
@@ -245,6 +257,24 @@ class SimServiceStack:
         wait_until(lambda: all(answered(d) for d in self.replica_rows()), TURN_S,
                    self.explain, every=0.5)
 
+    # -- a host lost ----------------------------------------------------------------------------
+
+    def lose_host(self, hostname: str) -> float:
+        """The host is gone: its agent and every process the agent started (the replicas'
+        simulated vLLMs, each in a session of its own) are killed with SIGKILL, so nothing
+        answers or reports from it again. When (unix seconds)."""
+        agent = self.gpu_agents[hostname].proc
+        os.kill(agent.pid, signal.SIGSTOP)  # it starts nothing more while its tree is read
+        tree = psutil.Process(agent.pid).children(recursive=True)
+        lost_at = time.time()
+        agent.kill()
+        agent.wait()
+        for child in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):  # it ended with its agent
+                child.kill()
+        psutil.wait_procs(tree, timeout=30)
+        return lost_at
+
     # -- a stall ----------------------------------------------------------------------------
 
     def stall(self, replica: int) -> Stall:
@@ -255,7 +285,7 @@ class SimServiceStack:
         victim = next(d for d in self.replica_rows() if d.replica == replica)
         url = self.url(victim)
         stalled_at, held = self._stall_holding(url)
-        unlisted_at = self._poll_workers(lambda listed: url not in listed, "left the router")
+        unlisted_at = self.poll_workers(lambda listed: url not in listed, "left the router")
         event = wait_until(lambda: ServiceEvent.objects.filter(
             service=self.service, deployment=victim, kind=ServiceEventKind.OUT_OF_ROTATION,
             at__gte=datetime.fromtimestamp(stalled_at, UTC)).first(), TURN_S, self.explain)
@@ -264,7 +294,7 @@ class SimServiceStack:
                    TURN_S, self.explain)
         resumed_at = time.time()
         call("POST", f"{url}/sim/resume")
-        relisted_at = self._poll_workers(lambda listed: url in listed, "came back")
+        relisted_at = self.poll_workers(lambda listed: url in listed, "came back")
         wait_until(self.serving, TURN_S, self.explain, every=0.5)
         failed = self.load.failed(unlisted_at)
         return Stall(replica, url, stalled_at, held, event.at.timestamp(),
@@ -285,7 +315,7 @@ class SimServiceStack:
                        self.explain, every=0.02)
         raise AssertionError(f"{url} held no request at any of {IDLE_TRIES} stalls")
 
-    def _poll_workers(self, done, what: str) -> float:
+    def poll_workers(self, done, what: str) -> float:
         def check() -> float | None:
             listed = self.router_workers()
             return time.time() if listed is not None and done(listed) else None
@@ -294,7 +324,7 @@ class SimServiceStack:
 
     def explain(self) -> str:
         """What the stack was doing: for a failure's message."""
-        rows = [(d.replica, d.state, d.in_rotation, d.rotation_note, d.port)
+        rows = [(d.replica, d.host.hostname, d.state, d.in_rotation, d.rotation_note, d.port)
                 for d in self.replica_rows()] if self.service else []
         events = list(ServiceEvent.objects.filter(service=self.service).values_list(
             "kind", "message")[:10]) if self.service else []
