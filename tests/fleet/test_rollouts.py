@@ -41,6 +41,10 @@ from tests.fleet.controller_support import (
     run,
 )
 
+# Minutes of a service's life ticked through the controller, a few seconds a test: `make
+# test` runs them (early, beside the other slow ones), `make test-fast` leaves them out.
+pytestmark = pytest.mark.slow(seconds=5)
+
 
 def start(n_hosts: int = 3, replicas_: int = 3, **fields):
     fleet = hosts(n_hosts)

@@ -30,7 +30,8 @@ from tests.fleet.controller_support import Clock, make_service, replicas, report
 from tests.support.service_fleet import gpu_host, router_host
 
 ROUTER = shutil.which("vllm-router", path=str(Path(sys.executable).parent))
-pytestmark = pytest.mark.skipif(ROUTER is None, reason="vllm-router is not installed")
+pytestmark = [pytest.mark.slow(seconds=4),
+              pytest.mark.skipif(ROUTER is None, reason="vllm-router is not installed")]
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 STARTUP_POLLS = 300  # 0.1 s apart: the router binds in well under a second
 
