@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -12,6 +11,7 @@ from rest_framework.exceptions import PermissionDenied
 
 from agents import vllm_args
 from controlplane.api.serializers.alerts import drf_errors
+from controlplane.api.serializers.desired import CheckedDraft
 from controlplane.api.serializers.fields import ObjectField, StringListField
 from controlplane.fleet import deployments
 from controlplane.fleet.models import Deployment, DeploymentRevision, Host
@@ -53,7 +53,9 @@ class DeploymentStatusSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DeploymentSerializer(serializers.ModelSerializer):
+class DeploymentSerializer(CheckedDraft, serializers.ModelSerializer):
+    draft_model = Deployment
+    draft_check = staticmethod(deployments.check)
     host = serializers.PrimaryKeyRelatedField(queryset=Host.objects.all(),
                                               help_text="Host id; fixed once created")
     hostname = serializers.CharField(source="host.hostname", read_only=True)
@@ -106,26 +108,6 @@ class DeploymentSerializer(serializers.ModelSerializer):
         if self.instance is not None and host.pk != self.instance.host_id:
             raise serializers.ValidationError("a deployment cannot move to another host")
         return host
-
-    def validate(self, attrs):
-        if "env" in attrs:  # the placeholder sent back keeps the value held
-            held = self.instance.env if self.instance is not None else {}
-            attrs["env"] = deployments.resolve_env(attrs["env"], held)
-        draft = copy.copy(self.instance) if self.instance is not None else Deployment()
-        for name, value in attrs.items():
-            if name != "reason":
-                setattr(draft, name, value)
-        try:
-            deployments.check(draft)
-        except DjangoValidationError as exc:
-            raise drf_errors(exc) from None
-        return attrs
-
-    def create(self, validated_data):
-        return self._save(Deployment(), validated_data)
-
-    def update(self, instance, validated_data):
-        return self._save(instance, validated_data)
 
     def _save(self, deployment: Deployment, data: dict) -> Deployment:
         reason = data.pop("reason", "")

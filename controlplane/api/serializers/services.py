@@ -3,7 +3,6 @@ replicas as placement made them and as their agents report them, its rollouts an
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -14,6 +13,7 @@ from rest_framework.exceptions import PermissionDenied
 from agents import vllm_args
 from controlplane.api.serializers.alerts import drf_errors
 from controlplane.api.serializers.deployments import IntListField
+from controlplane.api.serializers.desired import CheckedDraft
 from controlplane.api.serializers.fields import (
     NullableObjectField,
     ObjectField,
@@ -120,7 +120,9 @@ class ServiceRevisionSerializer(serializers.ModelSerializer):
         return data
 
 
-class ServiceSerializer(serializers.ModelSerializer):
+class ServiceSerializer(CheckedDraft, serializers.ModelSerializer):
+    draft_model = Service
+    draft_check = staticmethod(services.check)
     args = ObjectField(required=False, help_text=(
         'vLLM arguments by name, as a deployment\'s, e.g. {"max_num_seqs": 256}; the '
         "parallelism (tensor x pipeline x data parallel size) is the GPUs each replica takes"))
@@ -195,26 +197,6 @@ class ServiceSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(
                 "a service cannot be renamed: its replicas are named after it")
         return name
-
-    def validate(self, attrs):
-        if "env" in attrs:  # the placeholder sent back keeps the value held
-            held = self.instance.env if self.instance is not None else {}
-            attrs["env"] = deployments.resolve_env(attrs["env"], held)
-        draft = copy.copy(self.instance) if self.instance is not None else Service()
-        for name, value in attrs.items():
-            if name != "reason":
-                setattr(draft, name, value)
-        try:
-            services.check(draft)
-        except DjangoValidationError as exc:
-            raise drf_errors(exc) from None
-        return attrs
-
-    def create(self, validated_data):
-        return self._save(Service(), validated_data)
-
-    def update(self, instance, validated_data):
-        return self._save(instance, validated_data)
 
     def _save(self, service: Service, data: dict) -> Service:
         reason = data.pop("reason", "")
