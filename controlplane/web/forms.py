@@ -8,10 +8,12 @@ import json
 import re
 import shlex
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import timedelta
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db.models import Model
 from django.utils import timezone
 
 from agents import vllm_args
@@ -286,10 +288,43 @@ def _leftover_problem(token: str, version: str) -> str:
     return f"{spec.flag}: needs a value of type {spec.kind}"
 
 
-class DeploymentForm(forms.ModelForm):
+class DesiredConfigForm:
+    """What a deployment's and a service's forms share (a mixin before ModelForm): the vLLM
+    arguments read as JSON or flags for the chosen version, env values sent back redacted
+    keeping the values held, and the draft checked whole by the domain's ``domain_check`` (a
+    staticmethod), each message under its field."""
+
+    domain_check: Callable[[Model], None]
+
+    def hold_config(self) -> None:
+        """Call at the end of __init__: the env values held, the default version."""
+        self.held_env = dict(self.instance.env or {}) if self.instance.pk else {}
+        if not self.instance.vllm_version:  # a new one: the API's default too
+            self.initial["vllm_version"] = vllm_args.DEFAULT_VERSION
+
+    def clean_args(self) -> object:
+        version = self.cleaned_data.get("vllm_version") or vllm_args.DEFAULT_VERSION
+        return args_from_text(self.cleaned_data.get("args") or "", version)
+
+    def clean_env(self) -> object:
+        return deployments.resolve_env(self.cleaned_data.get("env"), self.held_env)
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the draft is self.instance now; model fields, uniqueness
+        if self.errors:
+            return
+        try:
+            type(self).domain_check(self.instance)
+        except ValidationError as exc:
+            add_errors(self, exc)
+
+
+class DeploymentForm(DesiredConfigForm, forms.ModelForm):
     """Create or change a deployment. Shapes are read here; `_post_clean` then runs the
     service's checks (``deployments.check``) on the draft, keyed by the same field names as
     the API's 400; the view saves through ``deployments.save`` (the deploy_code rule)."""
+
+    domain_check = staticmethod(deployments.check)
 
     vllm_version = forms.CharField(
         max_length=32, initial=vllm_args.DEFAULT_VERSION, label="vLLM version",
@@ -336,25 +371,7 @@ class DeploymentForm(forms.ModelForm):
         # A deployment cannot move: the field stays (uniqueness is checked per host) but the
         # posted value is ignored.
         self.fields["host"].disabled = self.instance.pk is not None
-        self.held_env = dict(self.instance.env or {}) if self.instance.pk else {}
-        if not self.instance.vllm_version:  # a new deployment: the API's default too
-            self.initial["vllm_version"] = vllm_args.DEFAULT_VERSION
-
-    def clean_args(self) -> object:
-        version = self.cleaned_data.get("vllm_version") or vllm_args.DEFAULT_VERSION
-        return args_from_text(self.cleaned_data.get("args") or "", version)
-
-    def clean_env(self) -> object:
-        return deployments.resolve_env(self.cleaned_data.get("env"), self.held_env)
-
-    def _post_clean(self) -> None:
-        super()._post_clean()  # the draft is self.instance now; model fields, uniqueness
-        if self.errors:
-            return
-        try:
-            deployments.check(self.instance)
-        except ValidationError as exc:
-            self.add_error(None, exc)  # keyed by field: each under its own
+        self.hold_config()
 
 
 # --- Services and host labels --------------------------------------------------------------
@@ -401,10 +418,12 @@ def router_hosts(current: Host | None) -> list[int]:
     return ids + ([current.pk] if current is not None and current.pk not in ids else [])
 
 
-class ServiceForm(forms.ModelForm):
+class ServiceForm(DesiredConfigForm, forms.ModelForm):
     """Create or change a service. Shapes are read here; `_post_clean` runs the service's
     checks (``services.check``) on the draft, keyed as the API's 400; the view saves through
     ``services.save`` (placement, rollouts, the deploy_code rule)."""
+
+    domain_check = staticmethod(services.check)
 
     vllm_version = forms.CharField(
         max_length=32, initial=vllm_args.DEFAULT_VERSION, label="vLLM version",
@@ -464,25 +483,7 @@ class ServiceForm(forms.ModelForm):
         field.empty_label = "– no router –"
         # Replicas are named after the service: a name, once given, stays.
         self.fields["name"].disabled = self.instance.pk is not None
-        self.held_env = dict(self.instance.env or {}) if self.instance.pk else {}
-        if not self.instance.vllm_version:
-            self.initial["vllm_version"] = vllm_args.DEFAULT_VERSION
-
-    def clean_args(self) -> object:
-        version = self.cleaned_data.get("vllm_version") or vllm_args.DEFAULT_VERSION
-        return args_from_text(self.cleaned_data.get("args") or "", version)
-
-    def clean_env(self) -> object:
-        return deployments.resolve_env(self.cleaned_data.get("env"), self.held_env)
-
-    def _post_clean(self) -> None:
-        super()._post_clean()  # the draft is self.instance now; model fields, uniqueness
-        if self.errors:
-            return
-        try:
-            services.check(self.instance)
-        except ValidationError as exc:
-            add_errors(self, exc)
+        self.hold_config()
 
 
 def add_errors(form: forms.BaseForm, exc: ValidationError) -> None:

@@ -4,8 +4,12 @@ API, with the same service (``fleet.deployments``: checks, revisions, the audit 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db.models import Model
+from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -14,7 +18,7 @@ from django.views.decorators.http import require_POST
 from agents import vllm_args
 from controlplane.fleet import deployments, replica_facts
 from controlplane.fleet.models import Deployment, Engine
-from controlplane.web.forms import DeploymentForm
+from controlplane.web.forms import DeploymentForm, add_errors
 from controlplane.web.views.access import needs
 from controlplane.web.views.suggestions import annotated
 
@@ -97,29 +101,36 @@ def deployment_edit(request: HttpRequest, deployment_id: int) -> HttpResponse:
 
 
 def _edit(request: HttpRequest, d: Deployment) -> HttpResponse:
-    """GET: the form. POST: shapes and the service's checks (400 naming each field, nothing
-    stored), then ``deployments.save``: 403 for what needs fleet.deploy_code, as the API."""
-    creating = d.pk is None
-    form = DeploymentForm(request.POST or None, instance=d)
+    return edit_config(request, DeploymentForm(request.POST or None, instance=d),
+                       deployments.save, _saved, "web:deployment",
+                       "web/deployments/form.html", {"d": d})
+
+
+def edit_config(request: HttpRequest, form: ModelForm, save: Callable[..., object],
+                saved: Callable[[Model, bool, object], str], detail: str, template: str,
+                context: dict) -> HttpResponse:
+    """A deployment's or a service's form. GET: the form. POST: shapes and the domain's checks
+    (400 naming each field, nothing stored), then ``save``: 403 for what needs
+    fleet.deploy_code, as the API; a conflict found while saving (a GPU or a name taken
+    meanwhile) is a 400 under its field."""
+    creating = form.instance.pk is None
     status = 200
     if request.method == "POST":
         status = 400
         if form.is_valid():
             try:
-                made = deployments.save(form.instance, request.user,
-                                        form.cleaned_data.get("reason", ""))
+                made = save(form.instance, request.user, form.cleaned_data.get("reason", ""))
             except deployments.CodeNotPermitted as exc:
                 form.add_error(None, f"Needs the permission {deployments.DEPLOY_CODE}.")
-                form.add_error(None, exc)  # each message under its field
+                add_errors(form, exc)
                 status = 403
-            except ValidationError as exc:  # changed meanwhile (a GPU taken by another)
-                form.add_error(None, exc)  # each message under its field
+            except ValidationError as exc:
+                add_errors(form, exc)
             else:
-                messages.success(request, _saved(form.instance, creating, made))
-                return redirect(reverse("web:deployment", args=[form.instance.pk]))
-    return render(request, "web/deployments/form.html", {
-        "form": form, "d": d, "creating": creating,
-        "versions": vllm_args.KNOWN_VERSIONS,
+                messages.success(request, saved(form.instance, creating, made))
+                return redirect(reverse(detail, args=[form.instance.pk]))
+    return render(request, template, {
+        **context, "form": form, "creating": creating, "versions": vllm_args.KNOWN_VERSIONS,
         "catalog": _catalog(form["vllm_version"].value() or vllm_args.DEFAULT_VERSION),
         "may_load_code": deployments.may_load_code(request.user)}, status=status)
 

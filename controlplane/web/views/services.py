@@ -15,7 +15,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from agents import vllm_args
 from controlplane.fleet import deployments, replica_facts, services
 from controlplane.fleet.models import (
     Deployment,
@@ -25,9 +24,9 @@ from controlplane.fleet.models import (
     Service,
     ServiceEventKind,
 )
-from controlplane.web.forms import ServiceForm, add_errors
+from controlplane.web.forms import ServiceForm
 from controlplane.web.views.access import needs
-from controlplane.web.views.deployments import _catalog, _why
+from controlplane.web.views.deployments import _why, edit_config
 
 ADD, CHANGE, DELETE = "fleet.add_service", "fleet.change_service", "fleet.delete_service"
 services_access = needs("fleet.view_service", CHANGE)
@@ -117,30 +116,8 @@ def service_edit(request: HttpRequest, service_id: int) -> HttpResponse:
 
 
 def _edit(request: HttpRequest, s: Service) -> HttpResponse:
-    """GET: the form. POST: shapes and the service's checks (400 naming each field, nothing
-    stored), then ``services.save``: 403 for what needs fleet.deploy_code, as the API."""
-    creating = s.pk is None
-    form = ServiceForm(request.POST or None, instance=s)
-    status = 200
-    if request.method == "POST":
-        status = 400
-        if form.is_valid():
-            try:
-                made = services.save(form.instance, request.user,
-                                     form.cleaned_data.get("reason", ""))
-            except deployments.CodeNotPermitted as exc:
-                form.add_error(None, f"Needs the permission {deployments.DEPLOY_CODE}.")
-                add_errors(form, exc)
-                status = 403
-            except ValidationError as exc:  # changed meanwhile (a name taken by another)
-                add_errors(form, exc)
-            else:
-                messages.success(request, _saved(form.instance, creating, made))
-                return redirect(reverse("web:service", args=[form.instance.pk]))
-    return render(request, "web/services/form.html", {
-        "form": form, "s": s, "creating": creating, "versions": vllm_args.KNOWN_VERSIONS,
-        "catalog": _catalog(form["vllm_version"].value() or vllm_args.DEFAULT_VERSION),
-        "may_load_code": deployments.may_load_code(request.user)}, status=status)
+    return edit_config(request, ServiceForm(request.POST or None, instance=s), services.save,
+                       _saved, "web:service", "web/services/form.html", {"s": s})
 
 
 def _saved(s: Service, creating: bool, made) -> str:
