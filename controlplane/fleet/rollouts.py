@@ -292,17 +292,7 @@ def _starting(step: Step) -> bool:
     d = _current_or_next(step)
     if d is None:
         return True
-    if _ready_on_revision(d):
-        _event(step.rollout, ServiceEventKind.REPLICA_CHANGED,
-               f"{d.name}: ready on revision {d.revision} after {step.waited_s:.0f} s; back "
-               f"into the router", step.now, d, phase=Phase.INTO)
-        _go(step, Phase.INTO, d)
-        routing.sync(step.service, step.now)
-        return True
-    limit = ready_timeout_s(step.service)
-    if step.waited_s > limit:
-        raise Stop(_not_ready(d, limit))
-    return False
+    return _into_when_ready(step, d, f"ready on revision {d.revision}")
 
 
 def _surging(step: Step) -> bool:
@@ -310,10 +300,15 @@ def _surging(step: Step) -> bool:
     d = step.current()
     if d is None:
         raise Stop("the surge replica is gone")
+    return _into_when_ready(step, d, "surge replica ready")
+
+
+def _into_when_ready(step: Step, d: Deployment, what: str) -> bool:
+    """Into the router once ready on its revision; stopped past the ready timeout."""
     if _ready_on_revision(d):
         _event(step.rollout, ServiceEventKind.REPLICA_CHANGED,
-               f"{d.name}: surge replica ready after {step.waited_s:.0f} s; into the router",
-               step.now, d, phase=Phase.INTO)
+               f"{d.name}: {what} after {step.waited_s:.0f} s; into the router", step.now, d,
+               phase=Phase.INTO)
         _go(step, Phase.INTO, d)
         routing.sync(step.service, step.now)
         return True
