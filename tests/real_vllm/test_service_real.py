@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from django.db import connection
+from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.fleet import tasks
 from controlplane.fleet.models import (
@@ -43,6 +44,7 @@ ARGS = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512, "block_
         "max_num_seqs": 8}
 STEADY = 24  # requests answered before the change, and after the rollout: steady state
 TICK_S = 1.0
+STALL_TRIES = 5
 
 
 class Controller:
@@ -195,13 +197,24 @@ def answered(load: ServiceLoad, since: float, agent: Process) -> None:
 
 
 def stall_one_replica(service: Service, load: ServiceLoad, agent: Process) -> dict:
-    """SIGSTOP one replica's EngineCore under load; when the router stops listing it, and what
-    Pitwall recorded. The EngineCore is continued afterwards, so the held requests finish."""
+    """SIGSTOP one replica's EngineCore under load while it holds requests; when the router
+    stops listing it, and what Pitwall recorded. The EngineCore is continued afterwards, so
+    the held requests finish.
+
+    vLLM's request gauges come from its EngineCore: stopped while idle, the engine reads idle
+    for ever (the requests then sent to it wait in its API server, which counts none of them),
+    and no stall is seen. So the stop comes when the gauges show a request running, and is
+    tried again (continued first) if the engine read idle all the same."""
     victim = Deployment.objects.filter(service=service).order_by("replica").first()
     url = f"http://{victim.host.inventory.get('address', '127.0.0.1')}:{victim.port}"
     core = engine_core(victim.pid)
-    core.send_signal(signal.SIGSTOP)
-    stopped_at = time.time()
+    for _ in range(STALL_TRIES):
+        wait_until(lambda: running(url) > 0, 120, explain(agent), every=0.05)
+        core.send_signal(signal.SIGSTOP)
+        stopped_at = time.time()
+        if running(url) > 0:
+            break
+        core.send_signal(signal.SIGCONT)
     try:
         wait_until(lambda: url not in router_workers(service.router_port), 300,
                    explain(agent), every=0.2)
@@ -218,3 +231,12 @@ def stall_one_replica(service: Service, load: ServiceLoad, agent: Process) -> di
         "out_of_rotation_s": round(out_at - stopped_at, 1),
         "held_requests": event.data.get("held"),
         "failed_while_stalled": len(load.failed(stopped_at, out_at + 5))}}
+
+
+def running(url: str) -> float:
+    """vllm:num_requests_running on the replica's /metrics (its API server answers while its
+    EngineCore is stopped)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               for sample in family.samples if sample.name == "vllm:num_requests_running")
