@@ -91,19 +91,6 @@ class DeploymentSerializer(CheckedDraft, serializers.ModelSerializer):
                   "revision", "created_at", "updated_at", "status", "reason"]
         read_only_fields = ["id", "revision", "created_at", "updated_at"]
 
-    def to_representation(self, instance):
-        data = super().to_representation(instance)
-        data["env"] = deployments.redact_env(data.get("env") or {})
-        return data
-
-    @extend_schema_field(StringListField)
-    def get_code_loading_args(self, d: Deployment) -> list[str]:
-        return deployments.code_loading({"args": d.args})["args"]
-
-    @extend_schema_field(StringListField)
-    def get_code_loading_env(self, d: Deployment) -> list[str]:
-        return deployments.code_loading({"env": d.env})["env"]
-
     def validate_host(self, host: Host) -> Host:
         if self.instance is not None and host.pk != self.instance.host_id:
             raise serializers.ValidationError("a deployment cannot move to another host")

@@ -168,19 +168,6 @@ class ServiceSerializer(CheckedDraft, serializers.ModelSerializer):
         extra_kwargs = {"name": {"help_text": "1 to 60 of a-z 0-9 -; its replicas are named "
                                               "<name>-<slot>; fixed once created"}}
 
-    def to_representation(self, instance):
-        data = super().to_representation(instance)
-        data["env"] = deployments.redact_env(data.get("env") or {})
-        return data
-
-    @extend_schema_field(StringListField)
-    def get_code_loading_args(self, s: Service) -> list[str]:
-        return deployments.code_loading({"args": s.args})["args"]
-
-    @extend_schema_field(StringListField)
-    def get_code_loading_env(self, s: Service) -> list[str]:
-        return deployments.code_loading({"env": s.env})["env"]
-
     @extend_schema_field(ReplicaSerializer(many=True))
     def get_replica_set(self, s: Service) -> list[dict]:
         replicas = replicas_of(s)
