@@ -50,6 +50,12 @@ STARTUP_TIMEOUT_S = 60.0  # it binds within a second; a minute covers a loaded h
 # on the call: a replica goes into rotation only once its own /health answered.
 WORKER_WAIT_S = 2
 METRICS_EVERY_S = 5.0
+# A worker's circuit opens after this many failures in a row, fewer than a request's 5 tries,
+# so a request whose first tries met a dead worker has tries left for a live one. It stays
+# open this long before the router tries the worker again (the default is 60 s): a replica
+# that is dead is out of the router sooner by the control plane's verdict.
+CIRCUIT_FAILURES = 3
+CIRCUIT_OPEN_S = 10
 MAX_ERROR_CHARS = 1000  # what the control plane stores of a report's error
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the router colours its log lines
 
@@ -66,10 +72,14 @@ def default_command() -> list[str]:
 
 def router_argv(command: list[str], spec: RouterProcess, workers: list[str],
                 prometheus_port: int) -> list[str]:
-    # The router's health checks and circuit breaker stay at their defaults and are not what
-    # takes a replica out: a wedged vLLM answers /health with 200 (the control plane's stall
-    # verdict does). Retries stay on, so a request a draining replica refuses goes to another.
+    # The router's health checks stay at their defaults and are not what takes a replica out:
+    # a wedged vLLM answers /health with 200 (the control plane's stall verdict does). Retries
+    # stay on (5 tries), so a request a dead or draining replica refuses goes to another; the
+    # circuit breaker opens sooner than its default, as power_of_two prefers a dead worker (it
+    # holds nothing): at 10 failures two requests it held spent all their tries on it.
     return [*command, "--host", "0.0.0.0", "--port", str(spec.port), "--policy", spec.policy,
+            "--cb-failure-threshold", str(CIRCUIT_FAILURES),
+            "--cb-timeout-duration-secs", str(CIRCUIT_OPEN_S),
             "--worker-urls", *workers,
             "--prometheus-port", str(prometheus_port), "--prometheus-host", "127.0.0.1",
             "--log-level", "warning",

@@ -10,8 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +43,8 @@ def get(url: str) -> str:
         return reply.read().decode()
 
 
-def complete(port: int) -> int:
-    body = json.dumps({"model": MODEL, "prompt": "hello", "max_tokens": 2}).encode()
+def complete(port: int, max_tokens: int = 2) -> int:
+    body = json.dumps({"model": MODEL, "prompt": "hello", "max_tokens": max_tokens}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
                                      {"Content-Type": "application/json"})
     with _OPENER.open(request, timeout=30) as reply:
@@ -57,19 +59,35 @@ def finished_requests(worker: str) -> int:
                    if line.startswith("vllm:request_success_total{")))
 
 
-@pytest.fixture(scope="module")
-def workers() -> Iterator[list[str]]:
-    """Two simulated vLLM servers, shared by the module's tests (none of them stops one)."""
-    ports = [free_port(), free_port()]
+def attempt(port: int, max_tokens: int) -> str:
+    """"200", or what the client saw instead."""
+    try:
+        return str(complete(port, max_tokens))
+    except urllib.error.HTTPError as refused:
+        return f"HTTP {refused.code}: {refused.read()[:200]!r}"
+    except OSError as failed:
+        return f"failed: {failed}"
+
+
+def start_workers(count: int) -> tuple[list[str], list[subprocess.Popen]]:
+    """Simulated vLLM servers on free ports, each healthy before this returns."""
+    ports = [free_port() for _ in range(count)]
     procs = [subprocess.Popen([sys.executable, "-m", "agents.sim.vllm_server", "--port",
                                str(port), "--model", MODEL, "--load", "0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for port in ports]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
+    for url, proc in zip(urls, procs, strict=True):
+        wait_until(lambda u=url, p=proc: _healthy(u, p), TIMEOUT_S,
+                   lambda u=url: f"{u} never became healthy")
+    return urls, procs
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[list[str]]:
+    """Two simulated vLLM servers, shared by the module's tests (none of them stops one)."""
+    urls, procs = start_workers(2)
     try:
-        for url, proc in zip(urls, procs, strict=True):
-            wait_until(lambda u=url, p=proc: _healthy(u, p), TIMEOUT_S,
-                       lambda u=url: f"{u} never became healthy")
         yield urls
     finally:
         for proc in procs:
@@ -227,6 +245,34 @@ def test_removals_go_out_before_the_routers_are_probed(supervisors, workers, mon
     sup.tick()
     assert calls[0] == f"remove {workers[1]}" and "probe" in calls[1:]
     assert router_list(port) == workers[:1]
+
+
+def test_requests_a_killed_worker_held_or_was_sent_are_served_by_the_live_one(supervisors,
+                                                                             workers):
+    """A replica's host dies under load, before the control plane can know. power_of_two
+    prefers the dead worker (it holds no request any more), so with the router's default
+    circuit breaker (10 failures) the tries of two requests it held all went to it and both
+    failed; with the agent's (3 failures) the fourth try goes to the live one."""
+    (victim,), (process,) = start_workers(1)
+    try:
+        sup, port = supervisors(), free_port()
+        sup.set_desired([desired(port, [workers[0], victim], policy="power_of_two")])
+        until(sup, ready_with([workers[0], victim]))
+        with ThreadPoolExecutor(16) as pool:
+            held = [pool.submit(attempt, port, 64) for _ in range(4)]
+            wait_until(lambda: _holding(victim), TIMEOUT_S, lambda: f"{victim} got none")
+            process.kill()
+            seen = [f.result() for f in held]
+            seen += [attempt(port, 4) for _ in range(8)]
+    finally:
+        process.kill()
+        process.wait(timeout=TIMEOUT_S)
+    assert [s for s in seen if s != "200"] == []
+
+
+def _holding(worker: str) -> int:
+    state = json.loads(get(f"{worker}/sim/state"))
+    return state["requests_running"] + state["requests_waiting"]
 
 
 def test_a_killed_router_is_restarted_and_its_workers_applied_again(supervisors, workers):
