@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from controlplane.fleet.deployments import ForeignDeployment
@@ -125,24 +125,19 @@ def replica_facts(replicas: list[Deployment], now: datetime | None = None,
 
 def lost_gpus(host_ids: set[int], now: datetime | None = None) -> set[tuple[int, int]]:
     """(host id, GPU index) of the GPUs of these hosts that are gone from the inventory or
-    whose newest row says NVML lost them (gpu.lost = 1)."""
+    whose newest row says NVML lost them (gpu.lost = 1). One query: the controller asks on
+    every tick, for every service."""
     if not host_ids:
         return set()
     now = now or timezone.now()
-    gone = set(Gpu.objects.filter(host_id__in=host_ids, present=False)
-               .values_list("host_id", "index"))
-    present = {g.id: (g.host_id, g.index) for g in Gpu.objects.filter(
-        host_id__in=host_ids, present=True).only("id", "host_id", "index")}
-    if not present:
-        return gone
-    table = TABLES["gpu"].name
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT g.id FROM unnest(%(ids)s::int[]) AS g(id) CROSS JOIN LATERAL (\n"
-            f"  SELECT lost FROM {table} WHERE gpu_id = g.id AND ts > %(lo)s AND ts <= %(now)s\n"
-            f"  AND lost IS NOT NULL ORDER BY ts DESC LIMIT 1) n WHERE n.lost = 1",
-            {"ids": list(present), "lo": now - NEWEST_WITHIN, "now": now})
-        return gone | {present[gpu_id] for (gpu_id,) in cursor.fetchall()}
+            f"SELECT g.host_id, g.index FROM {Gpu._meta.db_table} g\n"
+            f"WHERE g.host_id = ANY(%(hosts)s) AND (NOT g.present OR (\n"
+            f"  SELECT lost FROM {TABLES['gpu'].name} WHERE gpu_id = g.id AND ts > %(lo)s\n"
+            f"  AND ts <= %(now)s AND lost IS NOT NULL ORDER BY ts DESC LIMIT 1) = 1)",
+            {"hosts": sorted(host_ids), "lo": now - NEWEST_WITHIN, "now": now})
+        return {(host_id, index) for host_id, index in cursor.fetchall()}
 
 
 def engines_of(replicas: Iterable[Deployment]) -> dict[int, int]:
@@ -151,11 +146,12 @@ def engines_of(replicas: Iterable[Deployment]) -> dict[int, int]:
     replicas = list(replicas)
     if not replicas:
         return {}
-    wanted = Q()
-    for d in replicas:
-        wanted |= Q(host_id=d.host_id, name=d.engine_name)
-    by_key = {(e.host_id, e.name): e.id for e in Engine.objects.filter(wanted).only(
-        "id", "host_id", "name")}
+    # Two IN lists, the pairs matched here: an OR of one pair per replica cost the controller
+    # more to build than to run.
+    rows = Engine.objects.filter(host_id__in={d.host_id for d in replicas},
+                                 name__in={d.engine_name for d in replicas})
+    by_key = {(host_id, name): engine_id
+              for host_id, name, engine_id in rows.values_list("host_id", "name", "id")}
     return {d.pk: by_key[(d.host_id, d.engine_name)] for d in replicas
             if (d.host_id, d.engine_name) in by_key}
 

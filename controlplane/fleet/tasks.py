@@ -59,13 +59,17 @@ def _control(service: Service, now: datetime, result: TickResult) -> None:
 
     if routing.sync(service, now):
         result.rotation_changed += 1
-    result.healed += len(healing.heal(service, now))
-    if service.unplaced:
+    healed = healing.heal(service, now)
+    result.healed += len(healed)
+    unplaced = service.unplaced
+    if unplaced:
         services.scale(service)  # a host may fit now: one came back, a GPU or a label freed
-    for rollout in Rollout.objects.filter(service=service, state=RolloutState.RUNNING):
+    running = list(Rollout.objects.filter(service=service, state=RolloutState.RUNNING))
+    for rollout in running:
         rollouts.advance(rollout, now)
-    service.refresh_from_db()
-    routing.sync(service, now)  # what healing and the rollout changed, in this tick
+    if healed or unplaced or running:  # a steady service's tick ends with the first sync
+        service.refresh_from_db()
+        routing.sync(service, now)  # what healing, placement and the rollout changed
 
 
 @shared_task(ignore_result=True)
