@@ -17,8 +17,8 @@ from agents.sim.scenario_presets import PRESETS, summary
 from controlplane.telemetry.ingest.validate import parse_request
 
 END = float(int(time.time()))
-MINUTES = 6
-# Six minutes of every preset simulated once per module: about 30 s of CPU.
+MINUTES = 4
+# Four minutes of every preset simulated once per module: about 25 s of CPU (six took 36).
 pytestmark = pytest.mark.slow(seconds=30)
 
 

@@ -17,7 +17,7 @@ from urllib.request import Request, urlopen
 import pytest
 from django.utils import timezone
 
-from controlplane.accounts.roles import ORDER
+from controlplane.accounts.roles import DEPLOYER, ORDER
 from controlplane.alerts.models import Alert, AlertRule, Silence
 from controlplane.fleet.models import Deployment, Engine, Gpu, Host, TokenScope
 from controlplane.fleet.tokens import issue_agent_token, issue_api_token
@@ -69,12 +69,26 @@ def seed() -> None:
                            comment="fuzz")
 
 
+# Those whose writes are refused before a body is read, or whose few writes (an operator's
+# acknowledgements and silences) parse bodies as the admin's do: the coverage phase's
+# thousands of malformed bodies per operation are sent to their reads only.
+WRITES_SEEN_ELSEWHERE = (*ORDER[:ORDER.index(DEPLOYER)], "no role")
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("who", [*ORDER, "no role", "agent"])
 def test_no_input_makes_a_server_error(fuzz_server, who, tmp_path: Path):
     base, schema, tokens, log = fuzz_server
-    done = fuzz(schema, base, tokens[who], EXAMPLES, ["not_a_server_error"], tmp_path)
+    if who not in WRITES_SEEN_ELSEWHERE:
+        done = fuzz(schema, base, tokens[who], EXAMPLES, ["not_a_server_error"], tmp_path)
+        report(who, done, log)
+        return
+    done = fuzz(schema, base, tokens[who], EXAMPLES, ["not_a_server_error"], tmp_path,
+                phases="examples,fuzzing")
     report(who, done, log)
+    done = fuzz(schema, base, tokens[who], EXAMPLES, ["not_a_server_error"], tmp_path,
+                phases="coverage", only=["--include-method-regex", "^GET$"])
+    report(f"{who} (coverage of reads)", done, log)
 
 
 @pytest.mark.django_db(transaction=True)
