@@ -1,0 +1,217 @@
+"""When a service needs another replica, or one fewer: the autoscaler's decision, pure.
+
+Demand, not config, is what a replica answers. A queue while the replicas' KV cache is full is
+KV pressure: another replica would take a share of it, but the tuning diagnosis's config change
+(more memory for the cache, fewer sequences) absorbs it on the GPUs already held, so the
+decision says so and adds none. A queue at healthy KV usage, or a TTFT error budget burning
+too fast, held over the whole scale-out window, is demand: one more replica. A service idle
+over the longer scale-in window loses one, if the replicas left would still be idle with its
+share of the load. That is the hysteresis: a scale-in needs fewer running requests per replica
+than the idle threshold even after it, and a scale-out needs a queue, which forms only once a
+replica runs ``max_num_seqs`` requests; the same load never triggers both.
+
+Each direction has its own cool-down after the last step taken, and no step is decided while
+one is in flight. Every decision carries its evidence: each figure over its window against its
+threshold, as it read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from statistics import fmean
+
+
+class Direction:
+    OUT = "out"
+    IN = "in"
+    HOLD = "hold"  # a reason to act that a bound, a cool-down or the config held back
+    CONFIG = "config"  # the queue is KV pressure: a config change, not a replica
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A service's limits and the thresholds it scales on (docs/autoscaling.md)."""
+
+    min_replicas: int = 1
+    max_replicas: int = 1
+    waiting_per_replica: float = 4.0  # out: requests queued per replica, every minute
+    ttft_burn: float = 2.0  # out: the TTFT error budget's burn rate, every minute
+    kv_pressure: float = 0.9  # a queue at this KV usage (mean) is the config's, not demand's
+    idle_running_per_replica: float = 1.0  # in: requests running per replica, every minute
+    out_window_s: int = 120
+    in_window_s: int = 600
+    out_cooldown_s: int = 180
+    in_cooldown_s: int = 600
+
+
+@dataclass(frozen=True)
+class Minute:
+    """One minute of the service's serving replicas, summed or averaged over them."""
+
+    at: datetime
+    replicas: int  # replicas that served in the minute
+    waiting: float  # requests waiting, summed over the replicas (minute mean)
+    running: float  # requests running, summed
+    kv_usage: float | None  # the replicas' mean KV-cache usage, 0..1
+    ttft_burn: float | None  # the TTFT objective's burn rate (None: no request finished)
+    requests: int = 0  # requests finished
+
+
+@dataclass
+class Figure:
+    """One piece of evidence: a figure over its window against its threshold."""
+
+    name: str
+    window_s: int
+    value: float | None
+    threshold: float
+    op: str  # ">" or "<": what the decision needed of it
+    held: bool  # whether the figure met it
+
+
+@dataclass
+class State:
+    """What the autoscaler remembers between ticks."""
+
+    last_out: datetime | None = None
+    last_in: datetime | None = None
+    in_flight: bool = False  # a replica added is not yet serving, or one removed not gone
+
+
+@dataclass
+class Decision:
+    direction: str
+    replicas_before: int
+    replicas_after: int
+    reason: str
+    evidence: list[Figure] = field(default_factory=list)
+
+    @property
+    def changes(self) -> bool:
+        return self.replicas_after != self.replicas_before
+
+    def as_json(self) -> dict:
+        return {**asdict(self), "changes": self.changes}
+
+
+def decide(policy: Policy, replicas: int, minutes: list[Minute], state: State,
+           now: datetime) -> Decision | None:
+    """The decision for a service of ``replicas`` replicas on its last minutes (oldest first),
+    or None when nothing calls for one. A replica count outside the limits is brought inside
+    them first, whatever the load."""
+    if replicas < policy.min_replicas or replicas > policy.max_replicas:
+        target = min(max(replicas, policy.min_replicas), policy.max_replicas)
+        return Decision(Direction.OUT if target > replicas else Direction.IN, replicas, target,
+                        f"{replicas} replicas is outside the limits "
+                        f"{policy.min_replicas}..{policy.max_replicas}")
+    out = _scale_out(policy, replicas, _within(minutes, now, policy.out_window_s))
+    if out is not None:
+        return _gate(out, policy, state, now)
+    inward = _scale_in(policy, replicas, _within(minutes, now, policy.in_window_s))
+    return None if inward is None else _gate(inward, policy, state, now)
+
+
+def _within(minutes: list[Minute], now: datetime, window_s: int) -> list[Minute] | None:
+    """The minutes of the window, or None unless every one of its minutes is there (a
+    sustained condition is one seen in each minute, not in a mean a spike could make)."""
+    lo = now - timedelta(seconds=window_s)
+    inside = [m for m in minutes if lo < m.at <= now and m.replicas > 0]
+    return inside if len(inside) >= max(1, window_s // 60) else None
+
+
+def _scale_out(policy: Policy, replicas: int, window: list[Minute] | None) -> Decision | None:
+    if window is None:
+        return None
+    waiting = [m.waiting / m.replicas for m in window]
+    burns = [m.ttft_burn for m in window]
+    queued = Figure("waiting_per_replica", policy.out_window_s, min(waiting),
+                    policy.waiting_per_replica, ">", min(waiting) > policy.waiting_per_replica)
+    least_burn = None if None in burns else min(b for b in burns if b is not None)
+    burning = Figure("ttft_burn", policy.out_window_s, least_burn, policy.ttft_burn, ">",
+                     least_burn is not None and least_burn > policy.ttft_burn)
+    if not (queued.held or burning.held):
+        return None
+    kv = [m.kv_usage for m in window if m.kv_usage is not None]
+    kv_mean = fmean(kv) if kv else None
+    pressure = Figure("kv_usage", policy.out_window_s, kv_mean, policy.kv_pressure, "<",
+                      kv_mean is None or kv_mean < policy.kv_pressure)
+    evidence = [queued, burning, pressure]
+    why = " and ".join(f"{f.name} {_num(f.value)} > {_num(f.threshold)}"
+                       for f in (queued, burning) if f.held)
+    if not pressure.held:
+        return Decision(Direction.CONFIG, replicas, replicas,
+                        f"{why}, but KV usage is {_num(kv_mean)}: the queue is KV pressure, "
+                        f"which the tuning diagnosis's config change absorbs on the GPUs "
+                        f"held; no replica added", evidence)
+    if replicas >= policy.max_replicas:
+        return Decision(Direction.HOLD, replicas, replicas,
+                        f"{why}, but the service is at its max_replicas "
+                        f"({policy.max_replicas})", evidence)
+    return Decision(Direction.OUT, replicas, replicas + 1,
+                    f"{why} for {policy.out_window_s} s at KV usage {_num(kv_mean)}",
+                    evidence)
+
+
+def _scale_in(policy: Policy, replicas: int, window: list[Minute] | None) -> Decision | None:
+    if window is None or replicas <= policy.min_replicas:
+        return None
+    running = max(m.running / m.replicas for m in window)
+    waiting = max(m.waiting / m.replicas for m in window)
+    idle = Figure("running_per_replica", policy.in_window_s, running,
+                  policy.idle_running_per_replica, "<",
+                  running < policy.idle_running_per_replica)
+    quiet = Figure("waiting_per_replica", policy.in_window_s, waiting, 0.0, "<=",
+                   waiting <= 0.0)
+    if not (idle.held and quiet.held):
+        return None
+    fewer = replicas - 1
+    if fewer == 0:  # to zero (min_replicas 0): only a service that served nothing at all
+        served = sum(m.requests for m in window)
+        none = Figure("requests", policy.in_window_s, served, 0.0, "<=",
+                      served == 0 and running == 0)
+        return None if not none.held else Decision(
+            Direction.IN, replicas, 0, f"no request for {policy.in_window_s} s",
+            [idle, quiet, none])
+    # What the replicas left would carry, each minute's load over one replica fewer, must be
+    # idle still: the band between this and a queue is the hysteresis.
+    after = max((m.waiting + m.running) / fewer for m in window)
+    room = Figure("running_per_replica_after", policy.in_window_s, after,
+                  policy.idle_running_per_replica, "<", after < policy.idle_running_per_replica)
+    if not room.held:
+        return None
+    return Decision(Direction.IN, replicas, fewer,
+                    f"at most {_num(running)} requests running and none waiting per replica "
+                    f"for {policy.in_window_s} s; {fewer} replicas would carry "
+                    f"{_num(after)} each", [idle, quiet, room])
+
+
+def _gate(decision: Decision, policy: Policy, state: State, now: datetime) -> Decision:
+    """The decision as taken, or held by a step in flight or its direction's cool-down."""
+    if not decision.changes:
+        return decision
+    held = None
+    if state.in_flight:
+        held = "a scale step is still in flight"
+    elif decision.direction == Direction.OUT:
+        held = _cooling(state.last_out, policy.out_cooldown_s, now, "out")
+    else:
+        # A scale-in waits out the scale-out cool-down too: no removing what was just added.
+        held = (_cooling(state.last_in, policy.in_cooldown_s, now, "in")
+                or _cooling(state.last_out, policy.in_cooldown_s, now, "out"))
+    if held is None:
+        return decision
+    return Decision(Direction.HOLD, decision.replicas_before, decision.replicas_before,
+                    f"{decision.reason}; held: {held}", decision.evidence)
+
+
+def _cooling(last: datetime | None, cooldown_s: int, now: datetime, what: str) -> str | None:
+    if last is None:
+        return None
+    left = cooldown_s - (now - last).total_seconds()
+    return f"the last scale-{what} was {cooldown_s - left:.0f} s ago " \
+           f"(cool-down {cooldown_s} s)" if left > 0 else None
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"

@@ -1,0 +1,133 @@
+"""The autoscaler's decision on recorded windows of a service's minutes: a queue at healthy KV
+usage gets a replica, a queue at KV pressure gets the config change instead, idle scales in
+and never below the minimum, and the cool-downs, the bounds and a step in flight hold."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from controlplane.fleet.scaling_policy import Direction, Minute, Policy, State, decide
+
+NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+POLICY = Policy(min_replicas=1, max_replicas=4)
+
+
+def minutes(count: int, replicas: int = 2, waiting: float = 0.0, running: float = 0.0,
+            kv: float | None = 0.5, burn: float | None = 0.0, requests: int = 100,
+            end: datetime = NOW) -> list[Minute]:
+    """``count`` minutes up to ``end``, each with these per-replica figures."""
+    return [Minute(end - timedelta(minutes=i), replicas, waiting * replicas,
+                   running * replicas, kv, burn, requests) for i in reversed(range(count))]
+
+
+def test_a_queue_at_healthy_kv_usage_gets_a_replica():
+    d = decide(POLICY, 2, minutes(3, waiting=6.0, running=8.0), State(), NOW)
+    assert (d.direction, d.replicas_before, d.replicas_after) == (Direction.OUT, 2, 3)
+    queued = next(f for f in d.evidence if f.name == "waiting_per_replica")
+    assert (queued.value, queued.threshold, queued.window_s, queued.held) == (6.0, 4.0, 120,
+                                                                               True)
+    assert "waiting_per_replica 6 > 4" in d.reason
+
+
+def test_a_queue_at_kv_pressure_gets_the_config_change_not_a_replica():
+    d = decide(POLICY, 2, minutes(3, waiting=6.0, running=8.0, kv=0.97), State(), NOW)
+    assert (d.direction, d.replicas_after) == (Direction.CONFIG, 2)
+    assert "KV pressure" in d.reason and "no replica added" in d.reason
+    kv = next(f for f in d.evidence if f.name == "kv_usage")
+    assert kv.value == pytest.approx(0.97) and not kv.held
+
+
+def test_a_burning_ttft_budget_without_a_queue_gets_a_replica():
+    d = decide(POLICY, 2, minutes(3, running=8.0, burn=3.5), State(), NOW)
+    assert d.direction == Direction.OUT and "ttft_burn 3.5 > 2" in d.reason
+
+
+def test_one_minute_of_queue_is_a_spike_not_demand():
+    window = minutes(2, running=8.0) + minutes(1, waiting=50.0, end=NOW + timedelta(minutes=1))
+    assert decide(POLICY, 2, window, State(), NOW + timedelta(minutes=1)) is None
+
+
+def test_a_window_with_a_missing_minute_decides_nothing():
+    window = minutes(3, waiting=6.0)
+    del window[1]
+    assert decide(POLICY, 2, window, State(), NOW) is None
+
+
+def test_at_max_replicas_the_demand_is_recorded_and_held():
+    d = decide(Policy(min_replicas=1, max_replicas=2), 2, minutes(3, waiting=6.0), State(),
+               NOW)
+    assert (d.direction, d.replicas_after) == (Direction.HOLD, 2)
+    assert "max_replicas (2)" in d.reason
+
+
+def test_idle_over_the_scale_in_window_removes_one_replica():
+    d = decide(POLICY, 3, minutes(10, replicas=3, running=0.2), State(), NOW)
+    assert (d.direction, d.replicas_before, d.replicas_after) == (Direction.IN, 3, 2)
+    assert {f.name for f in d.evidence} == {"running_per_replica", "waiting_per_replica",
+                                            "running_per_replica_after"}
+
+
+def test_idle_for_less_than_the_scale_in_window_keeps_the_replicas():
+    assert decide(POLICY, 3, minutes(9, running=0.2), State(), NOW) is None
+
+
+def test_never_below_min_replicas():
+    assert decide(Policy(min_replicas=2, max_replicas=4), 2, minutes(10), State(), NOW) is None
+
+
+def test_the_hysteresis_keeps_a_replica_whose_share_would_make_the_others_busy():
+    """Idle per replica, but one replica fewer would run more than the idle threshold each:
+    no scale-in, so no flapping between the two directions on the same load."""
+    policy = Policy(min_replicas=1, max_replicas=8, idle_running_per_replica=3.0)
+    three = {"replicas": 3}
+    assert decide(policy, 3, minutes(10, running=2.5, **three), State(), NOW) is None  # 3.75
+    assert decide(policy, 2, minutes(10, running=1.6), State(), NOW) is None  # 3.2 after
+    d = decide(policy, 3, minutes(10, running=1.2, **three), State(), NOW)
+    assert d.direction == Direction.IN and d.evidence[-1].value == pytest.approx(1.8)
+
+
+def test_to_zero_only_without_a_single_request():
+    policy = Policy(min_replicas=0, max_replicas=2)
+    assert decide(policy, 1, minutes(10, replicas=1, running=0.0, requests=1), State(),
+                  NOW) is None
+    d = decide(policy, 1, minutes(10, replicas=1, running=0.0, requests=0), State(), NOW)
+    assert (d.direction, d.replicas_after) == (Direction.IN, 0)
+
+
+def test_the_scale_out_cool_down_holds_then_lets_go():
+    window = minutes(3, waiting=6.0)
+    recent = State(last_out=NOW - timedelta(seconds=100))
+    held = decide(POLICY, 2, window, recent, NOW)
+    assert (held.direction, held.replicas_after) == (Direction.HOLD, 2)
+    assert "the last scale-out was 100 s ago (cool-down 180 s)" in held.reason
+    later = decide(POLICY, 2, window, State(last_out=NOW - timedelta(seconds=181)), NOW)
+    assert later.direction == Direction.OUT
+
+
+def test_a_scale_in_waits_out_both_cool_downs():
+    window = minutes(10, running=0.2)
+    assert decide(POLICY, 3, window, State(last_in=NOW - timedelta(seconds=300)),
+                  NOW).direction == Direction.HOLD
+    after_out = decide(POLICY, 3, window, State(last_out=NOW - timedelta(seconds=300)), NOW)
+    assert after_out.direction == Direction.HOLD and "scale-out" in after_out.reason
+    assert decide(POLICY, 3, window, State(last_out=NOW - timedelta(seconds=601)),
+                  NOW).direction == Direction.IN
+
+
+def test_no_step_while_one_is_in_flight():
+    d = decide(POLICY, 2, minutes(3, waiting=6.0), State(in_flight=True), NOW)
+    assert d.direction == Direction.HOLD and "in flight" in d.reason
+
+
+@pytest.mark.parametrize(("replicas", "after"), [(0, 1), (6, 4)])
+def test_a_count_outside_the_limits_is_brought_inside_whatever_the_load(replicas, after):
+    d = decide(POLICY, replicas, [], State(), NOW)
+    assert d.replicas_after == after and "outside the limits 1..4" in d.reason
+
+
+def test_the_decision_serialises_with_its_evidence():
+    d = decide(POLICY, 2, minutes(3, waiting=6.0), State(), NOW)
+    data = d.as_json()
+    assert data["changes"] is True and data["evidence"][0]["name"] == "waiting_per_replica"
