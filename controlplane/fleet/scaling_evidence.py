@@ -1,0 +1,102 @@
+"""A service's last minutes, as the autoscaler reads them: its replicas' raw engine rows,
+minute by minute (``scaling_policy.Minute``).
+
+Raw rows, not rollups: the scale-out window is two minutes, and the rollup of a minute settles
+later than a decision should wait. Each replica's gauges are averaged over the minute, then
+summed over the replicas (requests waiting and running) or averaged (KV usage); the TTFT burn
+rate comes from the bucket counts summed over the minute and the replicas, against the TTFT
+objective (``telemetry/objectives``), as the alerts' ``error_budget_burn`` reads it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.db import connection
+
+from controlplane.fleet import routing
+from controlplane.fleet.models import Deployment
+from controlplane.fleet.scaling_policy import Minute
+from controlplane.telemetry import objectives
+from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.schema import TABLES
+from controlplane.telemetry.series.histograms import histogram_fraction
+
+MINUTE = timedelta(minutes=1)
+
+
+def service_minutes(replicas: list[Deployment], start: datetime,
+                    end: datetime) -> list[Minute]:
+    """The whole minutes in (start, end] of these replicas' engines, oldest first; a minute is
+    stamped with its end. Minutes no replica reported are absent."""
+    engine_ids = sorted(set(routing.engines_of(replicas).values()))
+    if not engine_ids:
+        return []
+    lo, hi = _floor(start), _floor(end)
+    gauges = _gauges(engine_ids, lo, hi)
+    burns = _ttft_burns(engine_ids, lo, hi)
+    return [Minute(at=at + MINUTE, replicas=len(per_engine),
+                   waiting=sum(e[0] for e in per_engine), running=sum(e[1] for e in per_engine),
+                   kv_usage=_mean([e[2] for e in per_engine]), ttft_burn=burns.get(at),
+                   requests=round(sum(e[3] for e in per_engine) * 60))
+            for at, per_engine in sorted(gauges.items())]
+
+
+def _floor(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _gauges(engine_ids: list[int], lo: datetime,
+            hi: datetime) -> dict[datetime, list[tuple[float, float, float | None, float]]]:
+    """minute -> per engine: mean waiting, running, KV usage and finished requests per s."""
+    table = TABLES["engine"].name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT date_trunc('minute', ts), engine_id, coalesce(avg(requests_waiting), 0), "
+            f"coalesce(avg(requests_running), 0), avg(kv_cache_usage), "
+            f"coalesce(avg(requests_finished_per_s), 0) FROM {table} "
+            f"WHERE engine_id = ANY(%(ids)s) AND ts >= %(lo)s AND ts < %(hi)s AND up = 1 "
+            f"GROUP BY 1, 2",
+            {"ids": engine_ids, "lo": lo, "hi": hi})
+        rows = cursor.fetchall()
+    out: dict[datetime, list] = defaultdict(list)
+    for at, _, waiting, running, kv, finished in rows:
+        out[at].append((float(waiting), float(running), None if kv is None else float(kv),
+                        float(finished)))
+    return out
+
+
+def _ttft_burns(engine_ids: list[int], lo: datetime, hi: datetime) -> dict[datetime, float]:
+    """minute -> the TTFT error budget's burn rate over the replicas' requests of the minute
+    (a layout change inside a minute: the layout holding the most observations speaks)."""
+    table = TABLES["engine"].name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT date_trunc('minute', t.ts), t.ttft_seconds_layout, u.i, sum(u.c)::int8 "
+            f"FROM {table} t CROSS JOIN LATERAL unnest(t.ttft_seconds_counts) "
+            f"WITH ORDINALITY AS u(c, i) WHERE t.engine_id = ANY(%(ids)s) AND t.ts >= %(lo)s "
+            f"AND t.ts < %(hi)s AND t.ttft_seconds_counts IS NOT NULL AND t.up = 1 "
+            f"GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            {"ids": engine_ids, "lo": lo, "hi": hi})
+        rows = cursor.fetchall()
+    counts: dict[datetime, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for at, layout, _, count in rows:
+        counts[at][layout].append(int(count or 0))
+    bounds = dict(HistogramLayout.objects.filter(
+        pk__in={layout for by_layout in counts.values() for layout in by_layout})
+        .values_list("pk", "bounds"))
+    upper, target = objectives.objective_s("ttft"), objectives.target()
+    out: dict[datetime, float] = {}
+    for at, by_layout in counts.items():
+        layout, buckets = max(by_layout.items(), key=lambda item: sum(item[1]))
+        burn = objectives.burn_rate(histogram_fraction(upper, bounds.get(layout) or [],
+                                                       buckets), target)
+        if burn is not None:
+            out[at] = round(burn, 4)
+    return out
