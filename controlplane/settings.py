@@ -298,6 +298,7 @@ SPECTACULAR_SETTINGS = {
         "DeliveryStateEnum": "controlplane.alerts.delivery.models.DeliveryState",
         "RuleKindEnum": "controlplane.alerts.models.RuleKind",
         "TokenStateEnum": "controlplane.fleet.models.TokenState",
+        "ScalingModeEnum": "controlplane.fleet.models.ScalingMode",
         "ChannelKindEnum": "controlplane.alerts.transports.TRANSPORT_CHOICES",
     },
 }

@@ -46,8 +46,12 @@ TRACKED: dict[str, Tracked] = {
     "fleet.Service": Tracked("service", fields=(
         "name", "model", "vllm_version", "args", "env", "drain_timeout_s", "replicas",
         "selector", "gpu_model", "router_host", "router_port", "router_policy", "strategy",
-        "max_unavailable", "max_surge", "canary_window_s", "revision"),
+        "max_unavailable", "max_surge", "canary_window_s", "scaling_mode", "min_replicas",
+        "max_replicas", "scaling", "revision"),
         secret=frozenset({"env"})),
+    "fleet.ScaleDecision": Tracked("scale decision", fields=(
+        "service", "mode", "direction", "replicas_before", "replicas_after", "reason",
+        "state", "deployment", "ready_s", "detail")),
     "tuning.Suggestion": Tracked("suggestion", fields=("state", "decided_at", "decided_by"),
                                  people_only=True),
     "fleet.ApiToken": Tracked("API token", ignore=frozenset({"digest", "last_used_at"})),

@@ -293,6 +293,9 @@ from controlplane.fleet.service_models import (  # noqa: E402  (Django finds mod
     RolloutState,
     RolloutStrategy,
     RouterPolicy,
+    ScaleDecision,
+    ScaleState,
+    ScalingMode,
     Service,
     ServiceEvent,
     ServiceEventKind,
@@ -301,5 +304,6 @@ from controlplane.fleet.service_models import (  # noqa: E402  (Django finds mod
 
 __all__ = ["AgentToken", "ApiToken", "Deployment", "DeploymentRevision", "DeploymentState",
            "Engine", "Gpu", "Host", "Rollout", "RolloutState", "RolloutStrategy",
+           "ScaleDecision", "ScaleState", "ScalingMode",
            "RouterPolicy", "Service", "ServiceEvent", "ServiceEventKind", "ServiceRevision",
            "TokenScope", "TokenState", "engine_port"]

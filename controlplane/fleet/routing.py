@@ -35,11 +35,14 @@ from controlplane.fleet.models import (
     Host,
     Rollout,
     RolloutState,
+    ScaleDecision,
+    ScaleState,
     Service,
     ServiceEvent,
     ServiceEventKind,
 )
 from controlplane.fleet.queries import is_online
+from controlplane.fleet.scaling_policy import Direction
 from controlplane.telemetry.schema import TABLES
 from controlplane.telemetry.stall import stalled_engines
 
@@ -58,6 +61,7 @@ class Why:
     HOST_OFFLINE = "host offline"
     GPU_LOST = "GPU lost"
     ROLLOUT = "rollout"
+    SCALING_IN = "scaling in"
     DRAINING = "draining"
     NOT_READY = "not ready"
     OLD_REVISION = "not on its current revision"
@@ -72,6 +76,7 @@ class Facts:
 
     lost_gpus: set[tuple[int, int]] = field(default_factory=set)
     held_out: dict[int, str] = field(default_factory=dict)  # deployment id -> rollout phase
+    leaving: set[int] = field(default_factory=set)  # replicas a scale-in takes away
     stalled: dict[int, datetime] = field(default_factory=dict)
 
 
@@ -89,6 +94,8 @@ def routable(deployment: Deployment, stalled: set[int] | dict[int, datetime],
                       f"{settings.PITWALL['ONLINE_WINDOW_S']} s)"
     if lost := sorted(i for i in d.gpu_indices or [] if (d.host_id, i) in facts.lost_gpus):
         return False, f"{Why.GPU_LOST}: GPU {', '.join(map(str, lost))}"
+    if d.pk in facts.leaving:
+        return False, f"{Why.SCALING_IN}: out of the router, then removed"
     if d.pk in facts.held_out:
         return False, f"{Why.ROLLOUT}: {facts.held_out[d.pk].replace('_', ' ')}"
     if d.state == DeploymentState.DRAINING:
@@ -118,6 +125,9 @@ def replica_facts(replicas: list[Deployment], now: datetime | None = None,
     for rollout in Rollout.objects.filter(service_id__in=service_ids, state=RolloutState.RUNNING,
                                           current__isnull=False, phase__in=OUT_PHASES):
         facts.held_out[rollout.current_id] = rollout.phase
+    facts.leaving = set() if not service_ids else set(ScaleDecision.objects.filter(
+        service_id__in=service_ids, state=ScaleState.IN_FLIGHT, direction=Direction.IN,
+        deployment__isnull=False).values_list("deployment_id", flat=True))
     if with_stall:
         facts.stalled = stalled_replicas(replicas, now)
     return facts

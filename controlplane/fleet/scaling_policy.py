@@ -99,12 +99,13 @@ def decide(policy: Policy, replicas: int, minutes: list[Minute], state: State,
            now: datetime) -> Decision | None:
     """The decision for a service of ``replicas`` replicas on its last minutes (oldest first),
     or None when nothing calls for one. A replica count outside the limits is brought inside
-    them first, whatever the load."""
+    them first, whatever the load, a step at a time as any other."""
     if replicas < policy.min_replicas or replicas > policy.max_replicas:
-        target = min(max(replicas, policy.min_replicas), policy.max_replicas)
-        return Decision(Direction.OUT if target > replicas else Direction.IN, replicas, target,
-                        f"{replicas} replicas is outside the limits "
-                        f"{policy.min_replicas}..{policy.max_replicas}")
+        step = 1 if replicas < policy.min_replicas else -1
+        return _gate(Decision(Direction.OUT if step > 0 else Direction.IN, replicas,
+                              replicas + step, f"{replicas} replicas is outside the limits "
+                              f"{policy.min_replicas}..{policy.max_replicas}"),
+                     policy, State(in_flight=state.in_flight), now)
     out = _scale_out(policy, replicas, _within(minutes, now, policy.out_window_s))
     if out is not None:
         return _gate(out, policy, state, now)
@@ -215,3 +216,38 @@ def _cooling(last: datetime | None, cooldown_s: int, now: datetime, what: str) -
 
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
+
+
+# What a service's ``scaling`` may set over the defaults, and the range of each.
+KNOB_RANGES: dict[str, tuple[float, float]] = {
+    "waiting_per_replica": (0.0, 10_000.0),
+    "ttft_burn": (0.0, 1_000.0),
+    "kv_pressure": (0.0, 1.0),
+    "idle_running_per_replica": (0.0, 10_000.0),
+    "out_window_s": (60, 3600),
+    "in_window_s": (60, 86_400),
+    "out_cooldown_s": (0, 86_400),
+    "in_cooldown_s": (0, 86_400),
+}
+
+
+def knob_errors(scaling: object) -> list[str]:
+    """What is wrong with a service's ``scaling`` thresholds: unknown names, values that are
+    not numbers or out of range, windows that are not whole minutes."""
+    if not isinstance(scaling, dict):
+        return ["must be an object of thresholds"]
+    errors = []
+    for name, value in scaling.items():
+        if name not in KNOB_RANGES:
+            errors.append(f"{str(name)[:40]!r} is not a threshold; "
+                          f"known: {', '.join(sorted(KNOB_RANGES))}")
+            continue
+        low, high = KNOB_RANGES[name]
+        whole = name.endswith("_s")
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                whole and not isinstance(value, int)) or not low <= value <= high:
+            kind = "a whole number of seconds" if whole else "a number"
+            errors.append(f"{name} must be {kind} from {low:g} to {high:g}")
+        elif name.endswith("_window_s") and value % 60:
+            errors.append(f"{name} must be whole minutes (a multiple of 60), not {value}")
+    return errors

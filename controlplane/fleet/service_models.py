@@ -28,6 +28,12 @@ class RolloutStrategy(models.TextChoices):
     CANARY = "canary"  # one replica first, compared over a verification window
 
 
+class ScalingMode(models.TextChoices):
+    OFF = "off"  # the replica count is the operator's
+    RECOMMEND = "recommend"  # decisions are recorded and shown, not taken
+    AUTO = "auto"  # decisions are taken, within min_replicas..max_replicas
+
+
 class Service(models.Model):
     """A model on ``replicas`` replicas, as the operator wants it. Versioned in
     ``ServiceRevision``; its replicas take the replica config (model, version, args, env,
@@ -56,6 +62,12 @@ class Service(models.Model):
     max_unavailable = models.PositiveSmallIntegerField(default=1)
     max_surge = models.PositiveSmallIntegerField(default=1)  # used where spare GPUs allow
     canary_window_s = models.PositiveIntegerField(default=600)
+    # how the replica count follows demand (docs/autoscaling.md)
+    scaling_mode = models.CharField(max_length=10, choices=ScalingMode.choices,
+                                    default=ScalingMode.OFF)
+    min_replicas = models.PositiveSmallIntegerField(default=1)
+    max_replicas = models.PositiveSmallIntegerField(default=1)
+    scaling = models.JSONField(default=dict, blank=True)  # thresholds over the defaults
     revision = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -64,6 +76,7 @@ class Service(models.Model):
     unplaced = models.PositiveSmallIntegerField(default=0)  # replicas no host could take
     router_status = models.JSONField(default=dict)  # the router agent's last report
     router_reported_at = models.DateTimeField(null=True)
+    scaling_minute = models.DateTimeField(null=True)  # the last whole minute judged
 
     class Meta:
         ordering = ["name"]
@@ -158,3 +171,41 @@ class ServiceEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} of service {self.service_id} at {self.at}"
+
+
+class ScaleState(models.TextChoices):
+    RECOMMENDED = "recommended"  # recommend mode: shown, not taken
+    HELD = "held"  # a reason to scale held back (a bound, a cool-down) or a config's case
+    IN_FLIGHT = "in_flight"  # taken: the replica is being added, or drained and removed
+    DONE = "done"
+    FAILED = "failed"  # the step did not complete (no host fitted, the replica never ready)
+
+
+class ScaleDecision(models.Model):
+    """One autoscaling decision with its evidence, taken or only recommended: the service
+    page's and the API's record of why the replica count moved, or did not."""
+
+    service = models.ForeignKey(Service, on_delete=models.CASCADE,
+                                related_name="scale_decisions")
+    at = models.DateTimeField(default=timezone.now)
+    mode = models.CharField(max_length=10, choices=ScalingMode.choices)
+    direction = models.CharField(max_length=8)  # scaling_policy.Direction
+    replicas_before = models.PositiveSmallIntegerField()
+    replicas_after = models.PositiveSmallIntegerField()
+    reason = models.TextField()
+    evidence = models.JSONField(default=list)  # each figure over its window, its threshold
+    state = models.CharField(max_length=12, choices=ScaleState.choices)
+    # the replica added or removed, and where placement put an added one and why
+    deployment = models.ForeignKey("fleet.Deployment", null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    placement = models.JSONField(default=dict, blank=True)
+    ready_s = models.FloatField(null=True)  # decision to serving traffic, for a scale-out
+    ended_at = models.DateTimeField(null=True)
+    detail = models.TextField(blank=True)  # why a step failed
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["service", "-at"], name="scale_decision_recent")]
+
+    def __str__(self) -> str:
+        return f"scale {self.direction} of service {self.service_id} at {self.at}"

@@ -37,17 +37,21 @@ from controlplane.fleet.models import (
     Host,
     RolloutStrategy,
     RouterPolicy,
+    ScalingMode,
     Service,
     ServiceEvent,
     ServiceEventKind,
     ServiceRevision,
 )
+from controlplane.fleet.scaling_policy import knob_errors
 
 REPLICA_FIELDS = ("model", "vllm_version", "args", "env", "drain_timeout_s")
 ROUTER_FIELDS = ("router_host", "router_port", "router_policy")
 # What a revision keeps; router_host by id.
+SCALING_FIELDS = ("scaling_mode", "min_replicas", "max_replicas", "scaling")
 SERVICE_FIELDS = (*REPLICA_FIELDS, "replicas", "selector", "gpu_model", *ROUTER_FIELDS,
-                  "strategy", "max_unavailable", "max_surge", "canary_window_s")
+                  "strategy", "max_unavailable", "max_surge", "canary_window_s",
+                  *SCALING_FIELDS)
 MAX_NAME = 60
 NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\Z")
 MAX_MODEL = 300
@@ -97,10 +101,23 @@ def check(service: Service) -> None:
         ("max_unavailable", _int_errors(service.max_unavailable, 1, MAX_REPLICAS)),
         ("max_surge", _int_errors(service.max_surge, 0, MAX_REPLICAS)),
         ("canary_window_s", _int_errors(service.canary_window_s, *CANARY_WINDOW_S)),
+        ("scaling_mode", _choice_errors(service.scaling_mode, ScalingMode.values)),
+        ("min_replicas", _int_errors(service.min_replicas, 1, MAX_REPLICAS)),
+        ("max_replicas", _max_replicas_errors(service)),
+        ("scaling", knob_errors(service.scaling)),
     )
     errors = {field: problems for field, problems in checks if problems}
     if errors:
         raise ValidationError(errors)
+
+
+def _max_replicas_errors(service: Service) -> list[str]:
+    problems = _int_errors(service.max_replicas, 1, MAX_REPLICAS)
+    if problems or not _whole(service.min_replicas):
+        return problems
+    if service.max_replicas < service.min_replicas:
+        return [f"must be at least min_replicas ({service.min_replicas})"]
+    return []
 
 
 def _whole(value: object) -> bool:

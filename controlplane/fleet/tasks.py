@@ -18,7 +18,7 @@ from celery import shared_task
 from django.db import connection, transaction
 from django.utils import timezone
 
-from controlplane.fleet import healing, rollouts, routing
+from controlplane.fleet import autoscaling, healing, rollouts, routing
 from controlplane.fleet.models import Rollout, RolloutState, Service
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,9 @@ def _control(service: Service, now: datetime, result: TickResult) -> None:
     running = list(Rollout.objects.filter(service=service, state=RolloutState.RUNNING))
     for rollout in running:
         rollouts.advance(rollout, now)
-    if healed or unplaced or running:  # a steady service's tick ends with the first sync
+    # No scaling while a change rolls: the replica count is the rollout's to read meanwhile.
+    scaled = None if running else autoscaling.step(service, now)
+    if healed or unplaced or running or scaled:  # a steady service's tick ends with one sync
         service.refresh_from_db()
         routing.sync(service, now)  # what healing, placement and the rollout changed
 

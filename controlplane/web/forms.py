@@ -22,6 +22,7 @@ from controlplane.alerts.models import AlertRule, Op
 from controlplane.alerts.silences import validate_matchers
 from controlplane.fleet import deployments, host_labels, placement, services
 from controlplane.fleet.models import Deployment, Host, Service
+from controlplane.fleet.scaling_policy import KNOB_RANGES
 
 # "label=value", "label!=value", "label=~regex", "label!~regex": longest operators first.
 MATCHER_LINE = re.compile(r"^\s*(\w+)\s*(!=|=~|!~|=)\s*(.*?)\s*$")
@@ -418,6 +419,9 @@ def router_hosts(current: Host | None) -> list[int]:
     return ids + ([current.pk] if current is not None and current.pk not in ids else [])
 
 
+SCALING_KEPT = ("scaling_mode", "min_replicas", "max_replicas")
+
+
 class ServiceForm(DesiredConfigForm, forms.ModelForm):
     """Create or change a service. Shapes are read here; `_post_clean` runs the service's
     checks (``services.check``) on the draft, keyed as the API's 400; the view saves through
@@ -441,6 +445,11 @@ class ServiceForm(DesiredConfigForm, forms.ModelForm):
         required=False, label="Host selector", max_length=MAX_LABEL_TEXT,
         help_text="host labels a replica's host must carry, one key=value a line; blank: "
                   "any host")
+    scaling = forms.JSONField(
+        required=False, label="Scaling thresholds",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="a JSON object over the defaults, e.g. {\"waiting_per_replica\": 8}; known: "
+                  + ", ".join(sorted(KNOB_RANGES)))
     reason = forms.CharField(required=False, max_length=1000, label="Reason",
                              widget=forms.TextInput(attrs={"size": 60}),
                              help_text="why: kept with the revision")
@@ -450,8 +459,11 @@ class ServiceForm(DesiredConfigForm, forms.ModelForm):
         fields = ["name", "model", "vllm_version", "replicas", "args", "env",
                   "drain_timeout_s", "selector", "gpu_model", "router_host", "router_port",
                   "router_policy", "strategy", "max_unavailable", "max_surge",
-                  "canary_window_s"]
+                  "canary_window_s", "scaling_mode", "min_replicas", "max_replicas",
+                  "scaling"]
         labels = {"drain_timeout_s": "Drain timeout (s)", "gpu_model": "GPU model",
+                  "scaling_mode": "Autoscaling", "min_replicas": "Min replicas",
+                  "max_replicas": "Max replicas",
                   "canary_window_s": "Canary window (s)", "router_host": "Router host",
                   "max_unavailable": "Max unavailable", "max_surge": "Max surge"}
         help_texts = {
@@ -470,6 +482,10 @@ class ServiceForm(DesiredConfigForm, forms.ModelForm):
             "max_unavailable": "replicas a rollout may take out of the router at once",
             "max_surge": "extra replicas a rollout may start where spare GPUs allow",
             "drain_timeout_s": "how long a restart lets running requests finish",
+            "scaling_mode": "off: the replica count above; recommend: decisions shown, not "
+                            "taken; auto: taken, within min and max replicas",
+            "min_replicas": "the autoscaler never goes below this",
+            "max_replicas": "nor above this",
         }
         widgets = {"model": forms.TextInput(attrs={"size": 60}),
                    "replicas": forms.NumberInput(attrs={"min": 1,
@@ -484,6 +500,26 @@ class ServiceForm(DesiredConfigForm, forms.ModelForm):
         # Replicas are named after the service: a name, once given, stays.
         self.fields["name"].disabled = self.instance.pk is not None
         self.hold_config()
+        # A form posted without the autoscaling fields (an older page, a script) keeps them.
+        for name in SCALING_KEPT:
+            self.fields[name].required = False
+
+    def clean_scaling(self) -> object:
+        value = self.cleaned_data.get("scaling")
+        return {} if value in (None, "") else value
+
+    def clean_scaling_mode(self) -> object:
+        return self._or_held("scaling_mode")
+
+    def clean_min_replicas(self) -> object:
+        return self._or_held("min_replicas")
+
+    def clean_max_replicas(self) -> object:
+        return self._or_held("max_replicas")
+
+    def _or_held(self, name: str) -> object:
+        value = self.cleaned_data.get(name)
+        return getattr(self.instance, name) if value in (None, "") else value
 
 
 def add_errors(form: forms.BaseForm, exc: ValidationError) -> None:

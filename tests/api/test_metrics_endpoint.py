@@ -65,3 +65,26 @@ def test_rollup_lag_and_failing_rules_are_read_when_scraped(db):
 
 def test_promtool_finds_no_error_in_it(db):
     assert promtool_check(APIClient().get("/metrics").content) == (0, set())
+
+
+def test_services_replicas_and_scaling_decisions_are_families(db):
+    from controlplane.fleet.models import ScaleDecision
+    from tests.fleet.controller_support import hosts, make_service, router_host
+
+    hosts(2)
+    service = make_service(router_host(), replicas=2, scaling_mode="auto", min_replicas=1,
+                           max_replicas=4)
+    for state in ("done", "done", "held"):
+        ScaleDecision.objects.create(service=service, mode="auto", direction="out",
+                                     replicas_before=1, replicas_after=2, reason="queue",
+                                     state=state)
+    names = families(APIClient().get("/metrics").content.decode())
+    desired = {(s.labels["service"], s.labels["scaling_mode"]): s.value
+               for s in names["pitwall_service_replicas_desired"]}
+    assert desired == {("llama", "auto"): 2}
+    assert [s.value for s in names["pitwall_service_replicas_serving"]] == [0]  # none ready
+    assert {s.labels["bound"]: s.value for s in names["pitwall_service_replicas_limit"]} == {
+        "min": 1, "max": 4}
+    counts = {s.labels["state"]: s.value for s in names["pitwall_service_scale_decisions"]
+              if s.name.endswith("_total")}
+    assert counts == {"done": 2, "held": 1}

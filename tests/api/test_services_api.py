@@ -14,6 +14,7 @@ from controlplane.fleet import routing
 from controlplane.fleet.models import (
     Deployment,
     Rollout,
+    ScaleDecision,
     Service,
     ServiceEvent,
     ServiceEventKind,
@@ -278,3 +279,49 @@ def test_the_list_reads_in_a_fixed_number_of_queries(deployer, fleet, llama,
         reply = deployer.get(URL)
     assert [s["name"] for s in reply.json()["results"]] == ["llama", "qwen"]
     assert Rollout.objects.count() == 0
+
+
+def test_autoscaling_limits_and_thresholds_are_set_and_kept_as_a_revision(deployer, llama):
+    reply = deployer.patch(f"{URL}{llama['id']}/", {
+        "scaling_mode": "auto", "min_replicas": 2, "max_replicas": 6,
+        "scaling": {"waiting_per_replica": 8, "in_window_s": 1200}}, format="json")
+    assert reply.status_code == 200, reply.json()
+    body = reply.json()
+    assert (body["scaling_mode"], body["min_replicas"], body["max_replicas"]) == ("auto", 2, 6)
+    assert body["scaling"] == {"waiting_per_replica": 8, "in_window_s": 1200}
+    revision = ServiceRevision.objects.get(service_id=llama["id"], revision=2)
+    assert {"scaling_mode", "min_replicas", "max_replicas", "scaling"} <= set(revision.changed)
+
+
+@pytest.mark.parametrize(("change", "field", "said"), [
+    ({"scaling_mode": "sometimes"}, "scaling_mode", "\"sometimes\" is not a valid choice"),
+    ({"min_replicas": 4, "max_replicas": 3}, "max_replicas", "at least min_replicas (4)"),
+    ({"max_replicas": 65}, "max_replicas", "from 1 to 64"),
+    ({"scaling": {"queue": 3}}, "scaling", "'queue' is not a threshold"),
+    ({"scaling": {"kv_pressure": 1.5}}, "scaling", "kv_pressure must be a number from 0 to 1"),
+    ({"scaling": {"out_window_s": 90}}, "scaling", "whole minutes"),
+    ({"scaling": {"in_cooldown_s": 1.5}}, "scaling", "a whole number of seconds"),
+    ({"scaling": ["waiting_per_replica"]}, "scaling", "object"),
+])
+def test_bad_autoscaling_settings_are_refused_naming_them_and_nothing_is_stored(
+        deployer, llama, change, field, said):
+    reply = deployer.patch(f"{URL}{llama['id']}/", change, format="json")
+    assert reply.status_code == 400 and said in str(reply.json()[field]), reply.json()
+    service = Service.objects.get()
+    assert (service.revision, service.scaling_mode, service.scaling) == (1, "off", {})
+
+
+def test_the_scaling_decisions_are_read_newest_first_with_their_evidence(deployer, viewer,
+                                                                        llama):
+    service = Service.objects.get()
+    for before in (4, 5):
+        ScaleDecision.objects.create(
+            service=service, mode="auto", direction="out", replicas_before=before,
+            replicas_after=before + 1, reason=f"queue at {before}", state="done",
+            evidence=[{"name": "waiting_per_replica", "window_s": 120, "value": 6.0,
+                       "threshold": 4.0, "op": ">", "held": True}], ready_s=41.5)
+    rows = viewer.get(f"{URL}{llama['id']}/scaling/").json()
+    assert [r["replicas_before"] for r in rows] == [5, 4]
+    assert rows[0]["evidence"][0]["threshold"] == 4.0 and rows[0]["ready_s"] == 41.5
+    assert len(deployer.get(f"{URL}{llama['id']}/scaling/", {"limit": 1}).json()) == 1
+    assert deployer.get(f"{URL}{llama['id']}/scaling/", {"limit": "x"}).status_code == 400

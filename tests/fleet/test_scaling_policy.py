@@ -121,10 +121,14 @@ def test_no_step_while_one_is_in_flight():
     assert d.direction == Direction.HOLD and "in flight" in d.reason
 
 
-@pytest.mark.parametrize(("replicas", "after"), [(0, 1), (6, 4)])
-def test_a_count_outside_the_limits_is_brought_inside_whatever_the_load(replicas, after):
-    d = decide(POLICY, replicas, [], State(), NOW)
+@pytest.mark.parametrize(("replicas", "after"), [(0, 1), (6, 5)])
+def test_a_count_outside_the_limits_steps_inside_whatever_the_load_and_cool_downs(replicas,
+                                                                                  after):
+    cooling = State(last_out=NOW, last_in=NOW)
+    d = decide(POLICY, replicas, [], cooling, NOW)
     assert d.replicas_after == after and "outside the limits 1..4" in d.reason
+    held = decide(POLICY, replicas, [], State(in_flight=True), NOW)
+    assert held.direction == Direction.HOLD  # still one step at a time
 
 
 def test_the_decision_serialises_with_its_evidence():

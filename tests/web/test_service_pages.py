@@ -18,6 +18,7 @@ from controlplane.fleet import replica_facts, routing, services
 from controlplane.fleet.models import (
     Deployment,
     Rollout,
+    ScaleDecision,
     Service,
     ServiceEvent,
     ServiceEventKind,
@@ -300,3 +301,42 @@ def test_the_deployment_list_names_each_replicas_service(operator_client, llama)
     html = operator_client.get("/deployments/").content.decode()
     assert html.count(f'data-service-id="{llama.pk}"') == 6
     assert f'replica of <a href="/services/{llama.pk}/">llama</a>' in html
+
+
+def test_the_scaling_panel_shows_each_decision_with_its_evidence(operator_client, llama):
+    Service.objects.filter(pk=llama.pk).update(scaling_mode="auto", min_replicas=2,
+                                               max_replicas=8)
+    ScaleDecision.objects.create(
+        service=llama, mode="auto", direction="out", replicas_before=6, replicas_after=7,
+        reason="waiting_per_replica 6 > 4 for 120 s at KV usage 0.5", state="done",
+        ready_s=48.2, evidence=[{"name": "waiting_per_replica", "window_s": 120, "value": 6.0,
+                                 "threshold": 4.0, "op": ">", "held": True}],
+        placement={"slots": [{"reason": "host gpu-b: 1 free H100 on NUMA 0"}]})
+    ScaleDecision.objects.create(
+        service=llama, mode="auto", direction="config", replicas_before=7, replicas_after=7,
+        reason="the queue is KV pressure", state="held")
+    html = operator_client.get(f"/services/{llama.pk}/").content.decode()
+    panel = html[html.index('id="scaling"'):html.index('id="events"')]
+    assert "auto: 2 to 8 replicas" in panel
+    assert panel.index('data-direction="config"') < panel.index('data-direction="out"')
+    assert "a config change, not a replica" in panel and "6 → 7" in panel
+    assert "waiting per replica over 120 s: 6 &gt; 4" in panel and "48.2 s" in panel
+    assert "host gpu-b: 1 free H100 on NUMA 0" in panel
+
+
+def test_the_form_sets_autoscaling_and_a_form_without_it_keeps_it(deployer, fleet):
+    made = deployer.post("/services/new/", form_body(
+        fleet, scaling_mode="recommend", min_replicas="2", max_replicas="6",
+        scaling='{"waiting_per_replica": 8}'))
+    assert made.status_code == 302, field_errors(made.content.decode(), "scaling")
+    service = Service.objects.get()
+    assert (service.scaling_mode, service.min_replicas, service.max_replicas,
+            service.scaling) == ("recommend", 2, 6, {"waiting_per_replica": 8})
+    deployer.post(f"/services/{service.pk}/edit/", form_body(
+        fleet, replicas="5", scaling='{"waiting_per_replica": 8}', reason="one more"))
+    service.refresh_from_db()
+    assert (service.replicas, service.scaling_mode, service.max_replicas) == (5, "recommend", 6)
+    refused = deployer.post(f"/services/{service.pk}/edit/", form_body(
+        fleet, scaling='{"queue": 1}'))
+    assert "&#x27;queue&#x27; is not a threshold" in field_errors(refused.content.decode(),
+                                                               "scaling")

@@ -27,10 +27,12 @@ from controlplane.fleet.models import (
     Host,
     Rollout,
     RolloutState,
+    ScaleDecision,
     Service,
     ServiceEvent,
     ServiceRevision,
 )
+from controlplane.fleet.scaling_policy import KNOB_RANGES
 
 _PHASES = {"type": "object", "properties": {name: {"type": "number"}
                                             for name in replica_facts.PHASES}}
@@ -103,6 +105,23 @@ class ServiceEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ScaleDecisionSerializer(serializers.ModelSerializer):
+    evidence = serializers.JSONField(read_only=True, help_text=(
+        "Each figure over its window against its threshold: name, window_s, value, "
+        "threshold, op, held"))
+    placement = ObjectField(read_only=True, help_text=(
+        "Where an added replica went and why (the placement decision)"))
+    replica = serializers.IntegerField(source="deployment.replica", read_only=True,
+                                       default=None, help_text="The slot added or removed")
+
+    class Meta:
+        model = ScaleDecision
+        fields = ["id", "at", "mode", "direction", "replicas_before", "replicas_after",
+                  "reason", "evidence", "state", "deployment", "replica", "placement",
+                  "ready_s", "ended_at", "detail"]
+        read_only_fields = fields
+
+
 class ServiceRevisionSerializer(serializers.ModelSerializer):
     author = serializers.CharField(source="author.username", read_only=True, default=None)
     config = ObjectField(read_only=True, help_text=(
@@ -154,13 +173,17 @@ class ServiceSerializer(CheckedDraft, serializers.ModelSerializer):
     rollout = serializers.SerializerMethodField(help_text="The running rollout, if any")
     router_status = NullableObjectField(read_only=True, help_text=(
         "The router agent's last report: state, workers, health, per-worker counts"))
+    scaling = ObjectField(required=False, help_text=(
+        "Autoscaling thresholds over the defaults, e.g. {\"waiting_per_replica\": 8, "
+        "\"in_window_s\": 1200}; known: " + ", ".join(sorted(KNOB_RANGES))))
 
     class Meta:
         model = Service
         fields = ["id", "name", "model", "vllm_version", "args", "env", "drain_timeout_s",
                   "replicas", "selector", "gpu_model", "router_host", "router_hostname",
                   "router_port", "router_policy", "strategy", "max_unavailable", "max_surge",
-                  "canary_window_s", "code_loading_args", "code_loading_env", "revision",
+                  "canary_window_s", "scaling_mode", "min_replicas", "max_replicas",
+                  "scaling", "code_loading_args", "code_loading_env", "revision",
                   "created_at", "updated_at", "placement", "unplaced", "replica_set",
                   "rollout", "router_status", "router_reported_at", "reason"]
         read_only_fields = ["id", "revision", "created_at", "updated_at", "unplaced",

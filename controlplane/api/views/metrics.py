@@ -25,6 +25,7 @@ import controlplane.telemetry.ingest.metrics  # noqa: F401
 import controlplane.tuning.metrics  # noqa: F401
 from controlplane.alerts.metrics import AlertingNow
 from controlplane.api.permissions import CanReadFleet
+from controlplane.fleet.metrics import ServiceScaling
 from controlplane.lib.selfmetrics import CONTENT_TYPE, exposition
 from controlplane.telemetry.metrics import RollupLag
 
@@ -60,11 +61,12 @@ class MetricsView(APIView):
             "Ingest requests, batches, rows and values by outcome; refusals by reason; the "
             "writer's queue and flush latency; alert cycles and rule errors; notifications "
             "sent, failed and pending per channel kind; tuning passes; rollup lag; live "
-            "clients. Open on loopback; elsewhere a user API token with read rights, unless "
+            "clients; services' replicas and autoscaling decisions. Open on loopback; "
+            "elsewhere a user API token with read rights, unless "
             "PITWALL_METRICS_OPEN is on."),
         responses={200: OpenApiResponse(OpenApiTypes.STR, description="text/plain; "
                                         "version=0.0.4 exposition")},
     )
     def get(self, request: Request) -> HttpResponse:
-        body = exposition(at_scrape=(RollupLag(), AlertingNow()))
+        body = exposition(at_scrape=(RollupLag(), AlertingNow(), ServiceScaling()))
         return HttpResponse(body, content_type=CONTENT_TYPE)

@@ -21,6 +21,7 @@ from controlplane.api.permissions import CanManageServices
 from controlplane.api.serializers.deployments import RevertSerializer
 from controlplane.api.serializers.services import (
     RolloutSerializer,
+    ScaleDecisionSerializer,
     ServiceEventSerializer,
     ServiceRevisionSerializer,
     ServiceSerializer,
@@ -32,6 +33,7 @@ from controlplane.fleet.models import (
     Deployment,
     Rollout,
     RolloutState,
+    ScaleDecision,
     Service,
     ServiceEvent,
     ServiceRevision,
@@ -114,6 +116,18 @@ class ServiceViewSet(viewsets.ModelViewSet):
         rows = (ServiceEvent.objects.filter(service=self.get_object())
                 .order_by("-at", "-id")[:limit])
         return Response(ServiceEventSerializer(rows, many=True).data)
+
+
+    @extend_schema(summary="The autoscaler's decisions, newest first, with their evidence",
+                   parameters=[OpenApiParameter("limit", int, description=(
+                       f"How many, 1 to {EVENTS_MAX} (default {EVENTS_SHOWN})"))],
+                   responses={200: ScaleDecisionSerializer(many=True), 400: ERRORS})
+    @action(detail=True, methods=["get"], pagination_class=None, url_path="scaling")
+    def scaling(self, request: Request, pk=None) -> Response:
+        limit = events_limit(request.query_params.get("limit"))
+        rows = (ScaleDecision.objects.filter(service=self.get_object())
+                .select_related("deployment").order_by("-at", "-id")[:limit])
+        return Response(ScaleDecisionSerializer(rows, many=True).data)
 
 
 def events_limit(text: str | None) -> int:

@@ -45,7 +45,8 @@ GOOD_EVENTS = (ServiceEventKind.PLACED, ServiceEventKind.INTO_ROTATION,
 # What a page shows of a service's desired config, in the form's order.
 CONFIG_FIELDS = ("model", "vllm_version", "args", "env", "drain_timeout_s", "replicas",
                  "selector", "gpu_model", "router_host_id", "router_port", "router_policy",
-                 "strategy", "max_unavailable", "max_surge", "canary_window_s")
+                 "strategy", "max_unavailable", "max_surge", "canary_window_s",
+                 "scaling_mode", "min_replicas", "max_replicas", "scaling")
 
 
 @services_access
@@ -85,6 +86,8 @@ def service(request: HttpRequest, service_id: int) -> HttpResponse:
         "rollouts": s.rollouts.select_related("started_by", "current")
                      .order_by("-started_at", "-id")[:ROLLOUTS_SHOWN],
         "events": s.events.select_related("deployment").order_by("-at", "-id")[:EVENTS_SHOWN],
+        "scale_decisions": s.scale_decisions.select_related("deployment")
+                            .order_by("-at", "-id")[:EVENTS_SHOWN],
         "revisions": s.revisions.select_related("author").order_by("-revision")
                        [:REVISIONS_SHOWN],
         "running": s.rollouts.filter(state=RolloutState.RUNNING).select_related("current")
