@@ -37,6 +37,10 @@ pytestmark = pytest.mark.real_vllm
 TOKENS = 150
 CLIENTS = 14  # x ~160 tokens: 3.5x what 20 blocks of 32 hold, within 80 (the x4 bound)
 CAP = 20  # blocks of 32: 640 tokens (16 would not start: one max_model_len request, and more)
+# The engine thrashes (14-16 preemptions a second) while it drains its 14 requests: at 30 s,
+# on a 2-core Xeon, 8 requests still waiting at the deadline were aborted with no token (a
+# loss the drain timeout allows). Long enough for the slowest machine; a drain ends sooner.
+DRAIN_S = 120
 # What a draining server answers to a request it will not take (a restarting one refuses or
 # resets the connection): the client retries it, as a load balancer would send it elsewhere.
 # A failure after the first token, or fewer tokens, is a loss.
@@ -149,7 +153,7 @@ def window_facts(pk: int) -> dict:
 def deploy(api: APIClient, host: Host, model: Path, workdir: Path) -> int:
     made = api.post("/api/v1/deployments/", {
         "host": host.pk, "name": "tiny", "model": str(model), "port": free_port(),
-        "gpu_indices": [], "vllm_version": VERSION, "drain_timeout_s": 30,
+        "gpu_indices": [], "vllm_version": VERSION, "drain_timeout_s": DRAIN_S,
         "args": {"enforce_eager": True, "dtype": "float32", "max_model_len": 512,
                  "block_size": 32, "num_gpu_blocks_override": CAP},
         "env": engine_vars(workdir)}, format="json")
