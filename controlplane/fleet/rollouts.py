@@ -63,7 +63,11 @@ from controlplane.fleet.queries import is_online
 from controlplane.fleet.replica_facts import time_to_ready
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.schema import TABLES
-from controlplane.telemetry.series.histograms import histogram_quantile
+from controlplane.telemetry.series.histograms import (
+    dominant_layout,
+    engine_buckets,
+    histogram_quantile,
+)
 from controlplane.tuning import verify
 from controlplane.tuning.models import State as Verdict
 
@@ -600,29 +604,18 @@ def measure(engine_ids: list[int], lo: datetime, hi: datetime) -> dict[str, floa
         out[name] = None if value is None else round(float(value), 4)
     if finished:
         out["error_share"] = float(failed or 0.0) / float(finished)
-    out["ttft_p99_s"], out["requests"] = _p99(table, "ttft_seconds", engine_ids, lo, hi)
-    out["itl_p99_s"], _ = _p99(table, "itl_seconds", engine_ids, lo, hi)
+    out["ttft_p99_s"], out["requests"] = _p99("ttft_seconds", engine_ids, lo, hi)
+    out["itl_p99_s"], _ = _p99("itl_seconds", engine_ids, lo, hi)
     return out
 
 
-def _p99(table: str, key: str, engine_ids: list[int], lo: datetime,
+def _p99(key: str, engine_ids: list[int], lo: datetime,
          hi: datetime) -> tuple[float | None, int]:
-    """p99 from the bucket counts summed over the rows, and the observations behind it; a
-    layout change inside the window: the layout holding the most observations speaks for it."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT t.{key}_layout, u.i, sum(u.c)::int8 FROM {table} t "
-            f"CROSS JOIN LATERAL unnest(t.{key}_counts) WITH ORDINALITY AS u(c, i) "
-            f"WHERE t.engine_id = ANY(%(ids)s) AND t.ts > %(lo)s AND t.ts <= %(hi)s "
-            f"AND t.{key}_counts IS NOT NULL AND t.up = 1 GROUP BY 1, 2 ORDER BY 1, 2",
-            {"ids": engine_ids, "lo": lo, "hi": hi})
-        rows = cursor.fetchall()
-    by_layout: dict[int, list[int]] = {}
-    for layout, _, count in rows:
-        by_layout.setdefault(layout, []).append(int(count or 0))
+    """p99 from the bucket counts summed over the rows, and the observations behind it."""
+    by_layout = engine_buckets(key, engine_ids, lo, hi).get(None)
     if not by_layout:
         return None, 0
-    layout, counts = max(by_layout.items(), key=lambda item: sum(item[1]))
+    layout, counts = dominant_layout(by_layout)
     bounds = HistogramLayout.objects.filter(pk=layout).values_list("bounds", flat=True).first()
     value = histogram_quantile(0.99, bounds or [], counts)
     return (None if value is None else round(value, 4)), sum(counts)

@@ -21,7 +21,11 @@ from controlplane.fleet.scaling_policy import Minute
 from controlplane.telemetry import objectives
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.schema import TABLES
-from controlplane.telemetry.series.histograms import histogram_fraction
+from controlplane.telemetry.series.histograms import (
+    dominant_layout,
+    engine_buckets,
+    histogram_fraction,
+)
 
 MINUTE = timedelta(minutes=1)
 
@@ -73,28 +77,15 @@ def _gauges(engine_ids: list[int], lo: datetime,
 
 
 def _ttft_burns(engine_ids: list[int], lo: datetime, hi: datetime) -> dict[datetime, float]:
-    """minute -> the TTFT error budget's burn rate over the replicas' requests of the minute
-    (a layout change inside a minute: the layout holding the most observations speaks)."""
-    table = TABLES["engine"].name
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT date_trunc('minute', t.ts), t.ttft_seconds_layout, u.i, sum(u.c)::int8 "
-            f"FROM {table} t CROSS JOIN LATERAL unnest(t.ttft_seconds_counts) "
-            f"WITH ORDINALITY AS u(c, i) WHERE t.engine_id = ANY(%(ids)s) AND t.ts >= %(lo)s "
-            f"AND t.ts < %(hi)s AND t.ttft_seconds_counts IS NOT NULL AND t.up = 1 "
-            f"GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
-            {"ids": engine_ids, "lo": lo, "hi": hi})
-        rows = cursor.fetchall()
-    counts: dict[datetime, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-    for at, layout, _, count in rows:
-        counts[at][layout].append(int(count or 0))
+    """minute -> the TTFT error budget's burn rate over the replicas' requests of the minute."""
+    per_minute = engine_buckets("ttft_seconds", engine_ids, lo, hi, per_minute=True)
     bounds = dict(HistogramLayout.objects.filter(
-        pk__in={layout for by_layout in counts.values() for layout in by_layout})
+        pk__in={layout for by_layout in per_minute.values() for layout in by_layout})
         .values_list("pk", "bounds"))
     upper, target = objectives.objective_s("ttft"), objectives.target()
     out: dict[datetime, float] = {}
-    for at, by_layout in counts.items():
-        layout, buckets = max(by_layout.items(), key=lambda item: sum(item[1]))
+    for at, by_layout in per_minute.items():
+        layout, buckets = dominant_layout(by_layout)
         burn = objectives.burn_rate(histogram_fraction(upper, bounds.get(layout) or [],
                                                        buckets), target)
         if burn is not None:

@@ -146,3 +146,32 @@ def histogram_fraction(upper: float, bounds: Sequence[float],
             break
         lower = bound
     return under / total
+
+
+def engine_buckets(key: str, engine_ids: list[int], lo: datetime, hi: datetime,
+                   per_minute: bool = False) -> dict[datetime | None, dict[int, list[int]]]:
+    """The engines' raw ``key`` histogram ("ttft_seconds") summed bucket by bucket, per
+    layout: over (lo, hi] under None, or per minute of [lo, hi) (whole minutes, keyed by the
+    minute's start)."""
+    from django.db import connection
+
+    minute = "date_trunc('minute', t.ts)" if per_minute else "NULL::timestamptz"
+    span = ("t.ts >= %(lo)s AND t.ts < %(hi)s" if per_minute
+            else "t.ts > %(lo)s AND t.ts <= %(hi)s")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {minute}, t.{key}_layout, u.i, sum(u.c)::int8 FROM {RAW['engine'].name} t "
+            f"CROSS JOIN LATERAL unnest(t.{key}_counts) WITH ORDINALITY AS u(c, i) "
+            f"WHERE t.engine_id = ANY(%(ids)s) AND {span} AND t.{key}_counts IS NOT NULL "
+            f"AND t.up = 1 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            {"ids": engine_ids, "lo": lo, "hi": hi})
+        rows = cursor.fetchall()
+    out: dict[datetime | None, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for at, layout, _, count in rows:
+        out[at][layout].append(int(count or 0))
+    return out
+
+
+def dominant_layout(by_layout: dict[int, list[int]]) -> tuple[int, list[int]]:
+    """A layout change inside a span: the layout holding the most observations speaks."""
+    return max(by_layout.items(), key=lambda item: sum(item[1]))
