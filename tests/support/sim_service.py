@@ -204,9 +204,10 @@ class SimServiceStack:
 
     # -- the service ----------------------------------------------------------------------
 
-    def create_service(self, name: str = "stall") -> Service:
+    def create_service(self, name: str = "stall", **fields: Any) -> Service:
         """Through the HTTP API, once both agents have reported; then wait until every
-        replica is ready and listed by the router."""
+        replica is ready and listed by the router. ``fields``: more of the service's fields,
+        or other values of these."""
         router = wait_until(lambda: Host.objects.filter(
             hostname=ROUTER_HOST, inventory__roles__contains=["router"]).first(), START_S,
             self.explain)
@@ -216,7 +217,8 @@ class SimServiceStack:
             "name": name, "model": MODEL, "vllm_version": "0.33.0",
             "args": {"max_num_seqs": 64}, "env": REPLICA_ENV, "replicas": self.replicas,
             "router_host": router.pk, "router_port": self.router_port,
-            "drain_timeout_s": 5, "reason": "a stall, end to end"}, token=self.api_token)
+            "drain_timeout_s": 5, "reason": "a stall, end to end", **fields},
+            token=self.api_token)
         self.service = Service.objects.get(pk=made["id"])
         wait_until(self.serving, START_S, self.explain, every=0.5)
         return self.service
@@ -242,9 +244,9 @@ class SimServiceStack:
             return None
         return [w["url"] if isinstance(w, dict) else w for w in answer.get("workers", [])]
 
-    def start_load(self) -> ServiceLoad:
+    def start_load(self, clients: int = CLIENTS) -> ServiceLoad:
         self.load = ServiceLoad(f"http://127.0.0.1:{self.router_port}", MODEL,
-                                clients=CLIENTS, max_tokens=MAX_TOKENS, pause_s=PAUSE_S,
+                                clients=clients, max_tokens=MAX_TOKENS, pause_s=PAUSE_S,
                                 stream=False).start()
         return self.load
 
