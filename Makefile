@@ -119,9 +119,10 @@ run: preflight $(if $(filter 1,$(PITWALL_REAL_VLLM)),real-vllm)
 # the default alert pack's fleet), in the order tests/conftest.py sets (the slow ones first,
 # the longest first). PYTEST_WORKERS=0: one process. Three workers on 2 cores: much of the
 # suite waits (real minutes of rollups, agents' intervals, polling) rather than computes; at
-# 1,855 tests two workers took 7:18 with the cores 45 % busy, three took 5:31; at 2,831, three
-# took 6:48 and four 6:36 (the long end-to-end tests wait beside the others' computing).
-PYTEST_WORKERS ?= 4
+# 1,855 tests two workers took 7:18 with the cores 45 % busy, three took 5:31; at 2,873 four
+# took 6:25 and five 4:44: two workers spend most of the run on the long end-to-end tests
+# (the tuning loop, autoscaling), which wait on real minutes rather than compute.
+PYTEST_WORKERS ?= 5
 PYTEST_PARALLEL = $(if $(filter-out 0,$(PYTEST_WORKERS)),\
   -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
