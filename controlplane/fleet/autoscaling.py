@@ -22,7 +22,6 @@ recorded once per ``REPEAT_S``, not every minute.
 from __future__ import annotations
 
 import logging
-from dataclasses import fields
 from datetime import datetime, timedelta
 
 from controlplane.fleet import routing, scaling_evidence
@@ -34,11 +33,18 @@ from controlplane.fleet.models import (
     ScalingMode,
     Service,
 )
-from controlplane.fleet.scaling_policy import Decision, Direction, Policy, State, decide
+from controlplane.fleet.scaling_policy import (
+    KNOB_RANGES,
+    Decision,
+    Direction,
+    Policy,
+    State,
+    decide,
+)
+from controlplane.telemetry.rollups.refresh import floor
 
 log = logging.getLogger(__name__)
 REPEAT_S = 600  # an unchanged hold, config case or recommendation is recorded this often
-KNOBS = frozenset(f.name for f in fields(Policy)) - {"min_replicas", "max_replicas"}
 # The router agent reports its workers with each status report (every few seconds); past this
 # a leaving replica is removed whatever the reports say (the router's retries cover a request
 # sent to it while it drains).
@@ -49,7 +55,7 @@ def policy_of(service: Service) -> Policy:
     """The service's limits, and its thresholds over the defaults."""
     scaling = service.scaling if isinstance(service.scaling, dict) else {}
     return Policy(min_replicas=service.min_replicas, max_replicas=service.max_replicas,
-                  **{k: v for k, v in scaling.items() if k in KNOBS})
+                  **{k: v for k, v in scaling.items() if k in KNOB_RANGES})
 
 
 def step(service: Service, now: datetime) -> ScaleDecision | None:
@@ -59,7 +65,7 @@ def step(service: Service, now: datetime) -> ScaleDecision | None:
         return None
     for in_flight in ScaleDecision.objects.filter(service=service, state=ScaleState.IN_FLIGHT):
         _follow(service, in_flight, now)
-    minute = now.replace(second=0, microsecond=0)
+    minute = floor(now, 60)
     if service.scaling_minute is not None and service.scaling_minute >= minute:
         return None
     Service.objects.filter(pk=service.pk).update(scaling_minute=minute)

@@ -20,6 +20,7 @@ from controlplane.fleet.models import Deployment
 from controlplane.fleet.scaling_policy import Minute
 from controlplane.telemetry import objectives
 from controlplane.telemetry.models import HistogramLayout
+from controlplane.telemetry.rollups.refresh import floor
 from controlplane.telemetry.schema import TABLES
 from controlplane.telemetry.series.histograms import (
     dominant_layout,
@@ -37,7 +38,7 @@ def service_minutes(replicas: list[Deployment], start: datetime,
     engine_ids = sorted(set(routing.engines_of(replicas).values()))
     if not engine_ids:
         return []
-    lo, hi = _floor(start), _floor(end)
+    lo, hi = floor(start, 60), floor(end, 60)
     gauges = _gauges(engine_ids, lo, hi)
     burns = _ttft_burns(engine_ids, lo, hi)
     return [Minute(at=at + MINUTE, replicas=len(per_engine),
@@ -45,10 +46,6 @@ def service_minutes(replicas: list[Deployment], start: datetime,
                    kv_usage=_mean([e[2] for e in per_engine]), ttft_burn=burns.get(at),
                    requests=round(sum(e[3] for e in per_engine) * 60))
             for at, per_engine in sorted(gauges.items())]
-
-
-def _floor(at: datetime) -> datetime:
-    return at.replace(second=0, microsecond=0)
 
 
 def _mean(values: list[float | None]) -> float | None:

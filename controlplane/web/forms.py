@@ -508,18 +508,12 @@ class ServiceForm(DesiredConfigForm, forms.ModelForm):
         value = self.cleaned_data.get("scaling")
         return {} if value in (None, "") else value
 
-    def clean_scaling_mode(self) -> object:
-        return self._or_held("scaling_mode")
-
-    def clean_min_replicas(self) -> object:
-        return self._or_held("min_replicas")
-
-    def clean_max_replicas(self) -> object:
-        return self._or_held("max_replicas")
-
-    def _or_held(self, name: str) -> object:
-        value = self.cleaned_data.get(name)
-        return getattr(self.instance, name) if value in (None, "") else value
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        for name in SCALING_KEPT:
+            if cleaned.get(name) in (None, ""):
+                cleaned[name] = getattr(self.instance, name)
+        return cleaned
 
 
 def add_errors(form: forms.BaseForm, exc: ValidationError) -> None:

@@ -117,12 +117,11 @@ class ServiceViewSet(viewsets.ModelViewSet):
                 .order_by("-at", "-id")[:limit])
         return Response(ServiceEventSerializer(rows, many=True).data)
 
-
     @extend_schema(summary="The autoscaler's decisions, newest first, with their evidence",
                    parameters=[OpenApiParameter("limit", int, description=(
                        f"How many, 1 to {EVENTS_MAX} (default {EVENTS_SHOWN})"))],
                    responses={200: ScaleDecisionSerializer(many=True), 400: ERRORS})
-    @action(detail=True, methods=["get"], pagination_class=None, url_path="scaling")
+    @action(detail=True, methods=["get"], pagination_class=None)
     def scaling(self, request: Request, pk=None) -> Response:
         limit = events_limit(request.query_params.get("limit"))
         rows = (ScaleDecision.objects.filter(service=self.get_object())
