@@ -60,11 +60,12 @@ def policy_of(service: Service) -> Policy:
 
 def step(service: Service, now: datetime) -> ScaleDecision | None:
     """Follow the step in flight, then judge the last whole minute once. The decision
-    recorded this tick, if any."""
-    if service.scaling_mode == ScalingMode.OFF:
-        return None
+    recorded this tick, if any. A step in flight is finished whatever the mode now: turned
+    off mid scale-in, the replica it took out of the rotation would stay out for good."""
     for in_flight in ScaleDecision.objects.filter(service=service, state=ScaleState.IN_FLIGHT):
         _follow(service, in_flight, now)
+    if service.scaling_mode == ScalingMode.OFF:
+        return None
     minute = floor(now, 60)
     if service.scaling_minute is not None and service.scaling_minute >= minute:
         return None

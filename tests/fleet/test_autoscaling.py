@@ -156,3 +156,17 @@ def test_the_limits_and_thresholds_are_checked(db):
     policy = autoscaling.policy_of(Service(min_replicas=2, max_replicas=5,
                                            scaling={"ttft_burn": 4.0, "unknown": 1}))
     assert (policy.min_replicas, policy.max_replicas, policy.ttft_burn) == (2, 5, 4.0)
+
+
+def test_a_step_in_flight_is_finished_when_scaling_is_switched_off(empty_samples):
+    """Turned off mid scale-in, the replica already out of the rotation is still removed,
+    rather than held out of the router for good."""
+    service, agents, clock = start(3)
+    load(service, clock, 11, **IDLE)
+    run(clock, agents, lambda: ScaleDecision.objects.filter(
+        service=service, state=ScaleState.IN_FLIGHT).exists())
+    Service.objects.filter(pk=service.pk).update(scaling_mode=ScalingMode.OFF)
+    run(clock, agents, lambda: not ScaleDecision.objects.filter(
+        service=service, state=ScaleState.IN_FLIGHT).exists())
+    assert [r.replica for r in replicas(service)] == [0, 1]
+    assert all(d.in_rotation for d in replicas(service))
