@@ -1,9 +1,11 @@
 """``GET /api/v1/export/prometheus``: the fleet as a Prometheus target (docs/prometheus.md).
 
 The newest value of every catalog metric of every online host, GPU and engine, and each
-engine's latency histograms over a recent minute, in the text exposition format 0.0.4. The
-reads are ``controlplane.telemetry.export``'s; this module checks the parameters and writes
-the text.
+engine's latency histograms over a recent minute, in the text exposition format 0.0.4; and
+the services' replica counts and autoscaling decisions, under the names ``/metrics`` gives
+them. The fleet's reads are ``controlplane.telemetry.export``'s, the services'
+``controlplane.fleet.metrics``'; this module checks the parameters, decides which scrapes carry
+the services (not host-bound: ``services_selected``) and writes the text.
 
 The text is written here rather than through ``prometheus_client``'s collectors and
 ``generate_latest``: at 8,000 GPUs (120,000 GPU samples) ``generate_latest`` took 1.0 CPU-s,
@@ -23,6 +25,8 @@ from django.conf import settings
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from prometheus_client.metrics_core import Metric as Family
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -31,6 +35,7 @@ from rest_framework.views import APIView
 from agents.protocol import Metric
 from controlplane.alerts.patterns import glob_match, glob_problem
 from controlplane.api.permissions import CanReadFleet
+from controlplane.fleet.metrics import read_scaling, scaling_families
 from controlplane.lib.selfmetrics import CONTENT_TYPE
 from controlplane.telemetry import export
 
@@ -108,7 +113,10 @@ class PrometheusExportView(APIView):
             "histograms hold the observations of one minute (the newest the 1-minute rollups "
             "hold), or with histograms=window those of the last histogram_window_s seconds: "
             "windowed, not counters (use histogram_quantile without rate()). Filters "
-            "narrow a scrape for sharding: hostname glob, model, deployment, shard=i/n."),
+            "narrow a scrape for sharding: hostname glob, model, deployment, shard=i/n. "
+            "The services' replica counts and autoscaling decisions (pitwall_service_*, as "
+            "in /metrics) are in a scrape without filters, in shard 0 only, and with model= "
+            "for that model's services; a hostname or deployment filter leaves them out."),
         parameters=[ExportQuerySerializer],
         responses={
             (200, "text/plain; version=0.0.4"): OpenApiResponse(
@@ -126,6 +134,8 @@ class PrometheusExportView(APIView):
             model=params.get("model"), deployment=params.get("deployment"),
             shard=params.get("shard"))
         body = exposition(export.snapshot(selection, params["source"]))
+        if services_selected(params):
+            body += families_text(scaling_families(read_scaling(params.get("model"))))
         response = HttpResponse(content_type=CONTENT_TYPE)
         response["Vary"] = "Accept-Encoding"
         if "gzip" in request.META.get("HTTP_ACCEPT_ENCODING", ""):
@@ -136,6 +146,19 @@ class PrometheusExportView(APIView):
             response["Content-Encoding"] = "gzip"
         response.content = body
         return response
+
+
+def services_selected(params: dict) -> bool:
+    """Whether a scrape carries the services' families. A service is not on one host (its
+    replicas spread over several, its router on another), so it belongs to no hostname glob
+    and no host's shard: it is written once, in a scrape of the whole fleet or in shard 0 of
+    a sharded one, so that a sum over the shards counts it once. A deployment filter selects
+    one deployment's engines, not a service (a replica is one deployment of many); a model
+    filter keeps the services of that model (``read_scaling``)."""
+    if "hostname" in params or "deployment" in params:
+        return False
+    shard = params.get("shard")
+    return shard is None or shard[0] == 0
 
 
 # -- the text format ---------------------------------------------------------------------------
@@ -151,7 +174,10 @@ def help_text(metric: Metric, source: export.HistogramSource) -> str:
         note = f"{metric.unit}; a per-second rate already: no rate()"
     else:
         note = metric.unit
-    text = f"{metric.description} ({note})" if note else metric.description
+    return escape_help(f"{metric.description} ({note})" if note else metric.description)
+
+
+def escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
@@ -200,6 +226,29 @@ def exposition(snap: export.Snapshot) -> bytes:
             out.append("".join([_histogram_lines(name, h, sets.get(id(h.labels)))
                                 for h in histograms]).encode())
     return b"".join(out)
+
+
+def families_text(families: list[Family]) -> bytes:
+    """Gauge and counter families as ``prometheus_client``'s ``generate_latest`` writes them,
+    so the text matches ``/metrics``' byte for byte: a counter's HELP and TYPE name its
+    ``_total`` samples, labels are sorted by name. A family without a sample is left out, as
+    the fleet's are."""
+    out: list[str] = []
+    for family in families:
+        if not family.samples:
+            continue
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        out.append(f"# HELP {name} {escape_help(family.documentation)}\n"
+                   f"# TYPE {name} {family.type}\n")
+        out.extend(_sample_line(sample) for sample in family.samples)
+    return "".join(out).encode()
+
+
+def _sample_line(sample: Sample) -> str:
+    value = floatToGoString(sample.value)
+    if not sample.labels:
+        return f"{sample.name} {value}\n"
+    return f"{sample.name}{{{label_set(dict(sorted(sample.labels.items())))}}} {value}\n"
 
 
 def _histogram_lines(name: str, histogram: export.Histogram, labels: str | None) -> str:
