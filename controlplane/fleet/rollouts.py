@@ -18,16 +18,19 @@ capacity), with at most ``max_unavailable`` replicas out of rotation at once (1 
 5. ``checking``: compare it with the replicas not yet changed over ``ROLLOUT_CHECK_S`` (a
    canary's first replica: over the service's ``canary_window_s``), with the tuning
    verifier's comparison and guards (``tuning.verify.judge``) on raw engine rows, and its
-   errors.
+   errors;
+6. ``confirming``: a replica judged worse is judged again over the next ``ROLLOUT_CHECK_S``
+   on its own; only a second regression stops the rollout (a warm-up or a neighbour's burst
+   passes, a config's regression stays).
 
 Surge: where the service's hosts have spare GPUs for one more replica (and ``max_surge`` >= 1),
 a replica with the new config is started first in the old one's slot (``surge_starting``),
 goes into rotation and is checked, and only then is the old one taken out and deleted
 (``retiring``): capacity never drops.
 
-A replica that is not ready in time, leaves ready during its check or regresses stops the
-rollout: every replica on the new config goes back to the old one (a surge replica whose old
-one still runs is deleted instead), the service's desired config goes back to the
+A replica that is not ready in time, leaves ready during its check or regresses twice running
+stops the rollout: every replica on the new config goes back to the old one (a surge replica
+whose old one still runs is deleted instead), the service's desired config goes back to the
 from-revision (``services.revert``), the rollout ends ``rolled_back`` with the reason in
 ``detail``, and a ``rolled_back`` event is recorded (alerted: ``service_disrupted``). A new
 change while a rollout runs supersedes it; the new rollout starts from the replicas as they
@@ -99,6 +102,7 @@ class Phase:
     SURGING = "surge_starting"
     INTO = "into_router"
     CHECKING = "checking"
+    CONFIRMING = "confirming"  # judged worse once: judged again before a rollback
     RETIRING = "retiring"
 
 
@@ -350,8 +354,40 @@ def _checking(step: Step) -> bool:
     if verdict is None:
         return False  # too few requests behind a p99 yet
     if verdict == Verdict.REGRESSED:
-        raise Stop(f"{d.name} regressed against the replicas not yet changed over "
-                   f"{window:.0f} s: {summary}")
+        confirm = float(settings.PITWALL["ROLLOUT_CHECK_S"])
+        _event(step.rollout, ServiceEventKind.REPLICA_CHANGED,
+               f"{d.name}: worse than the replicas not yet changed over {window:.0f} s "
+               f"({summary}); judged again over the next {confirm:.0f} s before a rollback",
+               step.now, d, phase=Phase.CHECKING, verdict="suspect")
+        return _go(step, Phase.CONFIRMING, d)
+    return _checked(step, d, window, verdict, summary)
+
+
+def _confirming(step: Step) -> bool:
+    """A replica judged worse is judged again over a window of its own, after the first: a
+    config's regression persists, a transient (a warm-up outlasting the settle, a noisy
+    neighbour) passes. The rollback needs both; the price of the second look is one check
+    window more on the regressed config."""
+    d = step.current()
+    if d is None:
+        raise Stop("the replica in hand is gone")
+    _still_serving(d, "during its second check")
+    least = float(settings.PITWALL["ROLLOUT_CHECK_S"])
+    if step.waited_s < least:
+        return False
+    window = step.waited_s
+    verdict, summary = check(step, d, window, final=window >= least * CHECK_EXTEND)
+    if verdict is None:
+        return False
+    if verdict == Verdict.REGRESSED:
+        raise Stop(f"{d.name} regressed against the replicas not yet changed, twice running; "
+                   f"over the last {window:.0f} s: {summary}")
+    return _checked(step, d, window, verdict, summary)
+
+
+def _checked(step: Step, d: Deployment, window: float, verdict: str, summary: str) -> bool:
+    """The replica in hand passed its check: on to the next one, or retire the one a surge
+    replica replaces."""
     done = [*step.rollout.done, d.pk]
     step.rollout.done = done
     _event(step.rollout, ServiceEventKind.REPLICA_CHANGED,
@@ -383,7 +419,7 @@ def _retiring(step: Step) -> bool:
 HANDLERS: dict[str, Callable[[Step], bool]] = {
     Phase.NEXT: _next, Phase.WAITING: _next, Phase.OUT: _out, Phase.DRAINING: _draining,
     Phase.STARTING: _starting, Phase.SURGING: _surging, Phase.INTO: _into,
-    Phase.CHECKING: _checking, Phase.RETIRING: _retiring,
+    Phase.CHECKING: _checking, Phase.CONFIRMING: _confirming, Phase.RETIRING: _retiring,
 }
 
 

@@ -148,29 +148,61 @@ def test_a_replica_that_never_becomes_ready_rolls_the_change_back_and_alerts(rol
     assert alert.summary.startswith("service llama: 1 disruption(s)")
 
 
-def test_a_canary_judged_regressed_is_rolled_back(db):
-    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
-    change_args(service, max_num_seqs=512)
-    changed = service.revision
-    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+def slower_canary(service, clock, slow_for_s: float, equal_for_s: float = 0.0):
+    """Engine rows from now: the canary's TTFT p99 four times the others' for ``slow_for_s``,
+    then the same as theirs for ``equal_for_s``."""
     canary, *others = replicas(service)
-    assert canary.args["max_num_seqs"] == 512
-    # over the canary window, the canary's TTFT p99 is four times the others'
     ttft, itl = layout(TTFT_BOUNDS), layout(ITL_BOUNDS)
-    lo, hi = clock.now, clock.now + timedelta(seconds=61)
     common = {"requests_running": 8.0, "requests_waiting": 0.0, "generation_tokens_per_s": 500.0,
               "requests_finished_per_s": 2.0, "finished_error_per_s": 0.0,
               "ttft_seconds_layout": ttft, "itl_seconds_layout": itl,
               "itl_seconds_counts": [0, 10, 0, 0, 0, 0]}
-    engine_rows(canary, lo, hi, **common, ttft_seconds_counts=[0, 0, 0, 2, 8, 0, 0])
+    fast, slow = [2, 8, 0, 0, 0, 0, 0], [0, 0, 0, 2, 8, 0, 0]
+    lo = clock.now
+    turn, hi = lo + timedelta(seconds=slow_for_s), lo + timedelta(seconds=slow_for_s + equal_for_s)
+    engine_rows(canary, lo, turn, **common, ttft_seconds_counts=slow)
+    if equal_for_s:
+        engine_rows(canary, turn + timedelta(seconds=2), hi, **common, ttft_seconds_counts=fast)
     for d in others:
-        engine_rows(d, lo, hi, **common, ttft_seconds_counts=[2, 8, 0, 0, 0, 0, 0])
+        engine_rows(d, lo, hi, **common, ttft_seconds_counts=fast)
+    return canary
+
+
+def test_a_canary_judged_regressed_twice_running_is_rolled_back(db):
+    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
+    change_args(service, max_num_seqs=512)
+    changed = service.revision
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    assert replicas(service)[0].args["max_num_seqs"] == 512
+    # over the canary window and the second look after it, the canary's TTFT p99 is four
+    # times the others'
+    slower_canary(service, clock, slow_for_s=200)
     run(clock, agents, ended(service))
     rollout = Rollout.objects.get(service=service, to_revision=changed)
     assert rollout.state == RolloutState.ROLLED_BACK
-    assert "llama-0 regressed against the replicas not yet changed over 60 s" in rollout.detail
+    assert ("llama-0 regressed against the replicas not yet changed, twice running; over the "
+            "last 30 s") in rollout.detail
     assert "ttft_p99_s" in rollout.detail
+    [suspect] = ServiceEvent.objects.filter(service=service, data__verdict="suspect")
+    assert "worse than the replicas not yet changed over 60 s" in suspect.message
     assert [d.args["max_num_seqs"] for d in replicas(service)] == [128, 128, 128]
+
+
+def test_a_canary_worse_only_in_its_first_check_is_judged_again_and_goes_on(db):
+    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
+    change_args(service, max_num_seqs=512)
+    changed = service.revision
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    # slow through its first check (settle 15 s + the 60-s window), then as fast as the others
+    slower_canary(service, clock, slow_for_s=70, equal_for_s=300)
+    run(clock, agents, lambda: rollout_of(service).phase != rollouts.Phase.CHECKING)
+    assert rollout_of(service).phase == rollouts.Phase.CONFIRMING
+    run(clock, agents, ended(service))
+    rollout = Rollout.objects.get(service=service, to_revision=changed)
+    assert rollout.state == RolloutState.SUCCEEDED, rollout.detail
+    verdicts = [e.data["verdict"] for e in ServiceEvent.objects.filter(
+        service=service, data__phase="checking").order_by("id")]
+    assert verdicts[:2] == ["suspect", State.UNCHANGED]
 
 
 def test_a_canary_within_the_guards_lets_the_rollout_go_on(db):
@@ -262,7 +294,7 @@ def test_failed_requests_on_the_changed_replica_roll_back(rolling):
     change_args(service, max_num_seqs=512)
     changed = service.revision
     run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
-    lo, hi = clock.now, clock.now + timedelta(seconds=31)
+    lo, hi = clock.now, clock.now + timedelta(seconds=120)  # the check and its second look
     first, *others = replicas(service)
     engine_rows(first, lo, hi, requests_running=4.0, generation_tokens_per_s=400.0,
                 requests_finished_per_s=2.0, finished_error_per_s=0.5)
