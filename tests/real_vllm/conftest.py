@@ -6,7 +6,9 @@ import pytest
 from django.core.management import call_command
 
 from tests.real_vllm.engine import Install, RealVllm, install
+from tests.real_vllm.service_stack import start_stack
 from tests.support.samples import truncate_samples
+from tests.tuning.loop import staff_api
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +37,15 @@ def scenario_db(django_db_setup, django_db_blocker):
         finally:
             truncate_samples()
             call_command("flush", verbosity=0, interactive=False, reset_sequences=False)
+
+
+@pytest.fixture
+def service_stack(empty_samples, tmp_path, settings, vllm_install):
+    """A service's stack on this host (service_stack.py): the staff API client, the agent and
+    the controller. A stall is judged over 5 s and each replica of a rollout checked for 30 s."""
+    settings.PITWALL = {**settings.PITWALL, "SERVICE_STALL_S": 5, "ROLLOUT_CHECK_S": 30}
+    server, agent, controller = start_stack(tmp_path, str(vllm_install.vllm))
+    yield staff_api(), agent, controller
+    controller.stop()
+    agent.stop(timeout=120)
+    server.stop()

@@ -3,17 +3,15 @@ through the router: a change rolls through both without one failed request at th
 a replica whose EngineCore is stopped (SIGSTOP: /health still answers 200) leaves the router's
 rotation within seconds of Pitwall's stall verdict.
 
-The whole path is real: the control plane's ASGI server, the agent (``--supervise --router``)
-supervising both vLLMs and the router, the router's worker list changed live by the agent, and
-the controller's ticks (run here on a thread, as beat runs them every 2 s)."""
+The whole path is real (service_stack.py): the control plane's ASGI server, the agent
+(``--supervise --router``) supervising both vLLMs and the router, the router's worker list
+changed live by the agent, and the controller's ticks."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import sys
-import threading
 import time
 import urllib.request
 from datetime import UTC, datetime
@@ -21,10 +19,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.fleet import tasks
 from controlplane.fleet.models import (
     Deployment,
     Host,
@@ -34,97 +30,16 @@ from controlplane.fleet.models import (
     ServiceEventKind,
 )
 from tests.real_vllm.engine import VERSION, engine_vars
-from tests.support.live import Process, free_port, start_server
+from tests.real_vllm.service_stack import explain, router_workers, serving
+from tests.support.live import Process, free_port
 from tests.support.polling import wait_until
 from tests.support.service_load import ServiceLoad, ttft_p99
-from tests.tuning.loop import agent_token_file, staff_api
 
 pytestmark = pytest.mark.real_vllm
 ARGS = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512, "block_size": 32,
         "max_num_seqs": 8}
 STEADY = 24  # requests answered before the change, and after the rollout: steady state
-TICK_S = 1.0
 STALL_TRIES = 5
-
-
-class Controller:
-    """The controller's tick on a thread of its own, as beat would run it; errors are kept."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Controller:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(TICK_S):
-                try:
-                    tasks.service_controller()
-                except Exception as exc:  # noqa: BLE001 -- kept, and failed on by the test
-                    self.errors.append(repr(exc))
-        finally:
-            connection.close()
-
-
-@pytest.fixture
-def service_stack(empty_samples, tmp_path, settings, vllm_install):
-    settings.PITWALL = {**settings.PITWALL, "SERVICE_STALL_S": 5, "ROLLOUT_CHECK_S": 30}
-    api = staff_api()
-    token_file = agent_token_file(tmp_path, "cpu-host")
-    port, base = free_port(), free_port()
-    server = start_server(port, tmp_path / "server.log")
-    agent = Process([sys.executable, "-m", "agents", "run", "--server",
-                     f"http://127.0.0.1:{port}", "--token-file", str(token_file),
-                     "--hostname", "cpu-host", "--gpu-backend", "none", "--supervise",
-                     "--vllm-command", f"{vllm_install.vllm} serve", "--router",
-                     "--router-command", str(Path(sys.executable).parent / "vllm-router"),
-                     "--port-range", f"{base}-{base + 9}", "--interval", "1",
-                     "--spool-dir", str(tmp_path / "spool")], log=tmp_path / "agent.log")
-    controller = Controller().start()
-    yield api, agent, controller
-    controller.stop()
-    agent.stop(timeout=120)
-    server.stop()
-
-
-def explain(agent: Process, name: str = "tiny"):
-    def text() -> str:
-        service = Service.objects.filter(name=name).first()
-        replicas = list(Deployment.objects.filter(service=service).values(
-            "replica", "state", "revision", "running_revision", "in_rotation",
-            "rotation_note", "error")) if service else []
-        events = list(ServiceEvent.objects.filter(service=service).values_list(
-            "kind", "message")[:12]) if service else []
-        rollouts = list(Rollout.objects.filter(service=service).values(
-            "state", "phase", "detail")) if service else []
-        router = service.router_status if service else {}
-        return (f"{agent.output()[-4000:]}\nreplicas: {replicas}\nevents: {events}\n"
-                f"rollouts: {rollouts}\nrouter: {json.dumps(router)[:1500]}")
-    return text
-
-
-def router_workers(port: int) -> list[str]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=5) as reply:
-        return [w["url"] for w in json.loads(reply.read())["workers"]]
-
-
-def serving(service: Service, count: int, revision: int) -> bool:
-    replicas = Deployment.objects.filter(service=service, state="ready", in_rotation=True,
-                                         running_revision__gte=1)
-    ready = [d for d in replicas if d.revision == d.running_revision]
-    try:
-        listed = router_workers(service.router_port)
-    except OSError:
-        return False
-    return service.revision == revision and len(ready) == count and len(listed) == count
 
 
 def engine_core(pid: int) -> psutil.Process:

@@ -1,0 +1,101 @@
+"""A real service's stack for the real-vLLM suite: the control plane's ASGI server, one agent
+(``--supervise --router``) supervising real vLLM replicas and the real vllm-router on this
+host, and the service controller's tick on a thread (as beat runs it every 2 s). The fixture
+``service_stack`` (conftest.py) starts it; the helpers read what it did."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+from django.db import connection
+
+from controlplane.fleet import tasks
+from controlplane.fleet.models import Deployment, Rollout, Service, ServiceEvent
+from tests.support.live import Process, free_port, start_server
+from tests.tuning.loop import agent_token_file
+
+TICK_S = 1.0
+
+
+class Controller:
+    """The controller's tick on a thread of its own, as beat would run it; errors are kept."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Controller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(TICK_S):
+                try:
+                    tasks.service_controller()
+                except Exception as exc:  # noqa: BLE001 -- kept, and failed on by the test
+                    self.errors.append(repr(exc))
+        finally:
+            connection.close()
+
+
+def explain(agent: Process, name: str = "tiny"):
+    def text() -> str:
+        service = Service.objects.filter(name=name).first()
+        replicas = list(Deployment.objects.filter(service=service).values(
+            "replica", "state", "revision", "running_revision", "in_rotation",
+            "rotation_note", "error")) if service else []
+        events = list(ServiceEvent.objects.filter(service=service).values_list(
+            "kind", "message")[:12]) if service else []
+        rollouts = list(Rollout.objects.filter(service=service).values(
+            "state", "phase", "detail")) if service else []
+        router = service.router_status if service else {}
+        return (f"{agent.output()[-4000:]}\nreplicas: {replicas}\nevents: {events}\n"
+                f"rollouts: {rollouts}\nrouter: {json.dumps(router)[:1500]}")
+    return text
+
+
+def router_workers(port: int) -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers", timeout=5) as reply:
+        return [w["url"] for w in json.loads(reply.read())["workers"]]
+
+
+def listed_workers(port: int) -> list[str]:
+    """The router's workers; none while it is not up yet (a new service's router starts with
+    its first replica's placement)."""
+    try:
+        return router_workers(port)
+    except OSError:
+        return []
+
+
+def serving(service: Service, count: int, revision: int) -> bool:
+    replicas = Deployment.objects.filter(service=service, state="ready", in_rotation=True,
+                                         running_revision__gte=1)
+    ready = [d for d in replicas if d.revision == d.running_revision]
+    listed = listed_workers(service.router_port)
+    return service.revision == revision and len(ready) == count and len(listed) == count
+
+
+def start_stack(tmp_path: Path, vllm: str) -> tuple[Process, Process, Controller]:
+    """The server, the agent and the controller; stop them in the reverse order."""
+    token_file = agent_token_file(tmp_path, "cpu-host")
+    port, base = free_port(), free_port()
+    server = start_server(port, tmp_path / "server.log")
+    agent = Process([sys.executable, "-m", "agents", "run", "--server",
+                     f"http://127.0.0.1:{port}", "--token-file", str(token_file),
+                     "--hostname", "cpu-host", "--gpu-backend", "none", "--supervise",
+                     "--vllm-command", f"{vllm} serve", "--router",
+                     "--router-command", str(Path(sys.executable).parent / "vllm-router"),
+                     "--port-range", f"{base}-{base + 9}", "--interval", "1",
+                     "--spool-dir", str(tmp_path / "spool")], log=tmp_path / "agent.log")
+    return server, agent, Controller().start()
