@@ -5,7 +5,8 @@ Runs on a thread of its own beside the sampling loop, once a second, and at once
 is fetched at start, whenever an ingest reply carries a ``config_version`` newer than the one
 applied, and every ``REFETCH_S`` regardless (a safety net while ingest is down or spooling).
 A report goes out when a deployment's state, revision, pid or restart count changes, when a
-router's state, pid, workers, health or error changes, when a deployment's log tail grew and
+router's state, pid, workers, health, error or count of tries that found no worker changes (at
+zero replicas, a request waiting for the first one), when a deployment's log tail grew and
 ``LOG_REPORT_S`` passed, and every ``HEARTBEAT_S`` otherwise.
 
 With --supervise the vLLM deployments run here; with --router the services' routers
@@ -148,8 +149,7 @@ class Reconciler:
         if not statuses and not routers and not (self._reported or self._reported_routers):
             return
         keys = {s["id"]: tuple(s.get(k) for k in _KEY) for s in statuses}
-        router_keys = {r["service_id"]: tuple(_frozen(r.get(k)) for k in _ROUTER_KEY)
-                       for r in routers or []}
+        router_keys = {r["service_id"]: _router_key(r) for r in routers or []}
         tails = {s["id"]: s.get("log_tail", []) for s in statuses}
         changed = keys != self._reported or router_keys != self._reported_routers
         logged = tails != self._tails and now >= self._report_due
@@ -167,6 +167,15 @@ class Reconciler:
         self.warn.ok("deployment status")
         self._reported, self._reported_routers, self._tails = keys, router_keys, tails
         self._report_due, self._heartbeat_due = now + LOG_REPORT_S, now + HEARTBEAT_S
+
+
+def _router_key(report: dict[str, Any]) -> tuple:
+    """What changes a router's report: its key fields, and its tries that found no worker (a
+    service at zero replicas scales out on them, so they go out now, not with the heartbeat;
+    a router with workers rarely counts any)."""
+    metrics = report.get("metrics")
+    tries = metrics.get("no_worker_tries") if isinstance(metrics, dict) else None
+    return (*(_frozen(report.get(k)) for k in _ROUTER_KEY), tries)
 
 
 def _frozen(value: Any) -> Any:

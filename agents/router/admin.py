@@ -37,6 +37,11 @@ _PROCESSED = "vllm_router_processed_requests_total"
 # counter above is not kept by every policy (0.1.17: power_of_two and kv_aware leave it out).
 _OUTCOMES = "vllm_router_cb_outcomes_total"
 _RUNNING = "vllm_router_running_requests"
+# Each try of a request that found no worker to send it to (0.1.17 counts it under this
+# error_type; a request counts in _REQUESTS only once a worker took it). At zero replicas, the
+# sign that a request waits in the router's retries.
+_ERRORS = "vllm_router_request_errors_total"
+_NO_WORKER = "no_available_workers"
 _HEALTH = "vllm_router_worker_health"
 
 
@@ -54,10 +59,12 @@ class Worker:
 class RouterMetrics:
     requests_total: int = 0
     per_worker: dict[str, dict[str, int]] = field(default_factory=dict)
+    no_worker_tries: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {"requests_total": self.requests_total,
-                "per_worker": {url: dict(numbers) for url, numbers in self.per_worker.items()}}
+                "per_worker": {url: dict(numbers) for url, numbers in self.per_worker.items()},
+                "no_worker_tries": self.no_worker_tries}
 
 
 def workers(port: int, timeout_s: float = CALL_TIMEOUT_S) -> list[Worker]:
@@ -93,12 +100,15 @@ def parse_metrics(text: str, listed: Iterable[Worker]) -> RouterMetrics:
     request so far) counts zero, with the health its worker list gives."""
     listed = list(listed)
     found: dict[str, dict[str, float]] = {w.url: {} for w in listed}
-    requests = 0.0
+    requests = no_worker = 0.0
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name == _REQUESTS:
                     requests += sample.value
+                    continue
+                if sample.name == _ERRORS and sample.labels.get("error_type") == _NO_WORKER:
+                    no_worker += sample.value
                     continue
                 numbers = found.get(sample.labels.get("worker", ""))
                 if numbers is not None and sample.name in (_PROCESSED, _RUNNING, _HEALTH):
@@ -112,7 +122,7 @@ def parse_metrics(text: str, listed: Iterable[Worker]) -> RouterMetrics:
                                                      found[w.url].get(_OUTCOMES, 0.0))),
                 "running": _count(found[w.url].get(_RUNNING, 0.0), _MAX_GAUGE),
                 "healthy": _count(found[w.url].get(_HEALTH, 1.0 if w.healthy else 0.0), 1)}
-        for w in listed})
+        for w in listed}, _count(no_worker))
 
 
 _MAX_COUNT = 2**53  # whole numbers a float and JSON carry exactly

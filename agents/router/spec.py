@@ -24,6 +24,7 @@ MAX_WORKERS = 64
 MAX_URL_CHARS = 300
 MAX_NAME_CHARS = 300  # the service's name and model: shown in the log only
 MAX_ROUTERS = 64
+MAX_HOLD_S = 3600  # the control plane sends at most 600; an hour bounds the retries it means
 # A host name (underscores too: some fleets name hosts so) or an IPv4 address, or an IPv6
 # address in brackets: nothing the router could read as anything else.
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\]")
@@ -41,12 +42,15 @@ class RouterSpec:
     policy: str
     workers: tuple[str, ...] = ()
     model: str = ""
+    # How long the router holds a request while it has no worker (a service that may scale to
+    # zero: the first replica is starting); 0: the router's usual retries.
+    hold_s: int = 0
 
     @property
-    def process_key(self) -> tuple[int, str]:
+    def process_key(self) -> tuple[int, str, int]:
         """What the router process is started with: a change restarts it. The workers are
         not part of it: they change live."""
-        return self.port, self.policy
+        return self.port, self.policy, self.hold_s
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> RouterSpec:
@@ -58,7 +62,8 @@ class RouterSpec:
                        service=_name(raw.get("service", ""), "service"),
                        port=_port(raw["port"]), policy=_policy(raw.get("policy")),
                        workers=_workers(raw.get("workers", [])),
-                       model=_name(raw.get("model", ""), "model"))
+                       model=_name(raw.get("model", ""), "model"),
+                       hold_s=_hold(raw.get("hold_s", 0)))
         except KeyError as exc:
             raise RouterSpecError(f"router of service {label}: missing {exc.args[0]}") from None
         except SpecError as exc:
@@ -124,6 +129,13 @@ def _id(value: Any) -> int:
 def _port(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise RouterSpecError(f"port must be an integer in 1-65535, not {value!r}")
+    return value
+
+
+def _hold(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HOLD_S:
+        raise RouterSpecError(f"hold_s must be an integer in 0-{MAX_HOLD_S}, not "
+                              f"{repr(value)[:40]}")
     return value
 
 

@@ -3,8 +3,8 @@ router's worker list equal to the service's replicas in rotation.
 
 The process side is the vLLM supervisor's (agents/supervisor): an ``Instance`` per router
 starts it in a process group of its own, probes its /health, restarts it after a crash with
-the same backoff, and drains it (SIGTERM, then SIGKILL to the group) when its port or policy
-changes or the service leaves this host. The worker list is applied live, never by a restart:
+the same backoff, and drains it (SIGTERM, then SIGKILL to the group) when its port, policy or
+hold changes or the service leaves this host. The worker list is applied live, never by a restart:
 ``POST /add_worker`` and ``/remove_worker``, then ``GET /workers`` to verify, every tick.
 
 A tick removes first: taking a replica out of rotation is what must reach the router within
@@ -56,6 +56,14 @@ METRICS_EVERY_S = 5.0
 # that is dead is out of the router sooner by the control plane's verdict.
 CIRCUIT_FAILURES = 3
 CIRCUIT_OPEN_S = 10
+# A router that holds requests at zero replicas (hold_flags): the router's own first backoff and
+# growth, and the longest backoff, which is what a held request may wait after a worker joins.
+RETRY_INITIAL_BACKOFF_MS = 50
+RETRY_BACKOFF_MULTIPLIER = 1.5
+RETRY_MAX_BACKOFF_MS = 2000
+# With no worker listed, the page is read every tick: its count of tries that found no worker
+# is how the control plane learns a request waits for a first replica.
+METRICS_IDLE_EVERY_S = 1.0
 MAX_ERROR_CHARS = 1000  # what the control plane stores of a report's error
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # the router colours its log lines
 
@@ -85,7 +93,38 @@ def router_argv(command: list[str], spec: RouterProcess, workers: list[str],
             "--log-level", "warning",
             "--worker-startup-timeout-secs", str(WORKER_WAIT_S),
             "--worker-startup-check-interval", "1",
-            "--health-check-timeout-secs", str(WORKER_WAIT_S)]
+            "--health-check-timeout-secs", str(WORKER_WAIT_S),
+            *hold_flags(spec.hold_s)]
+
+
+def hold_flags(hold_s: int) -> list[str]:
+    """The retry budget that holds a request for about ``hold_s`` seconds while the router
+    has no worker (none for 0: the router's defaults, 5 tries within half a second).
+
+    vllm-router 0.1.17 refuses a request it has no worker for at once (503 "No available
+    workers"); its queue (--queue-size) only holds requests past --max-concurrent-requests,
+    not those. Its retry loop holds them: each try that finds no worker is followed by a
+    backoff, and a worker added meanwhile takes the next try. The first backoffs stay the
+    router's own (50 ms, x1.5), so a live replica's failure is retried as quickly as before;
+    they stop growing at RETRY_MAX_BACKOFF_MS, which bounds how long a held request waits
+    after its replica joins."""
+    if hold_s <= 0:
+        return []
+    return ["--retry-max-retries", str(hold_retries(hold_s)),
+            "--retry-initial-backoff-ms", str(RETRY_INITIAL_BACKOFF_MS),
+            "--retry-backoff-multiplier", str(RETRY_BACKOFF_MULTIPLIER),
+            "--retry-max-backoff-ms", str(RETRY_MAX_BACKOFF_MS)]
+
+
+def hold_retries(hold_s: float) -> int:
+    """The tries whose backoffs add up to ``hold_s`` (the router's jitter, 20% either way,
+    averages out over them)."""
+    tries, held_s, backoff_s = 1, 0.0, RETRY_INITIAL_BACKOFF_MS / 1000
+    while held_s < hold_s:
+        held_s += min(backoff_s, RETRY_MAX_BACKOFF_MS / 1000)
+        backoff_s *= RETRY_BACKOFF_MULTIPLIER
+        tries += 1
+    return tries
 
 
 def free_port() -> int:
@@ -99,6 +138,10 @@ def _bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _process_key(process: RouterProcess) -> tuple[int, str, int]:
+    return process.port, process.policy, process.hold_s
+
+
 class _PlainTail(LogTail):
     def append(self, line: str) -> None:
         super().append(_ANSI.sub("", line))
@@ -109,9 +152,10 @@ class RouterProcess:
     """What an ``Instance`` runs: the router's process, without its worker list."""
 
     id: int  # the service's id
-    revision: int  # counts the changes of port or policy: each one is a restart
+    revision: int  # counts the changes of port, policy or hold: each one is a restart
     port: int
     policy: str
+    hold_s: int = 0  # the spec's: a retry budget that holds requests while no worker is listed
     drain_timeout_s: float = DRAIN_S
 
 
@@ -167,7 +211,7 @@ class RouterSupervisor:
                 router.instance.target = None
                 continue
             current = router.instance.target or router.instance.spec
-            if current is not None and (current.port, current.policy) == spec.process_key:
+            if current is not None and _process_key(current) == spec.process_key:
                 router.instance.target = current  # kept, or taken back while it drained
             else:
                 revision = 1 if current is None else current.revision + 1
@@ -261,7 +305,8 @@ class RouterSupervisor:
         return True
 
     def _scrape(self, router: _Router, now: float) -> None:
-        if now - router.metrics_at < METRICS_EVERY_S:
+        every_s = METRICS_EVERY_S if router.listed else METRICS_IDLE_EVERY_S
+        if now - router.metrics_at < every_s:
             return
         try:
             text = admin.metrics(router.prometheus_port)

@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -21,7 +23,14 @@ import pytest
 
 from agents.router import admin
 from agents.router.placeholder import Placeholders
-from agents.router.supervisor import RouterSupervisor, default_command
+from agents.router.supervisor import (
+    RETRY_MAX_BACKOFF_MS,
+    RouterProcess,
+    RouterSupervisor,
+    default_command,
+    hold_retries,
+    router_argv,
+)
 from agents.supervisor.backoff import Backoff
 from agents.supervisor.health import http_health
 from tests.support.polling import wait_until
@@ -119,9 +128,10 @@ def supervisors() -> Iterator[Callable[..., RouterSupervisor]]:
 
 
 def desired(port: int, workers: list[str], policy: str = "round_robin",
-            service_id: int = 3) -> dict[str, Any]:
-    return {"service_id": service_id, "service": "llama", "port": port, "policy": policy,
+            service_id: int = 3, hold_s: int = 0) -> dict[str, Any]:
+    spec = {"service_id": service_id, "service": "llama", "port": port, "policy": policy,
             "workers": workers, "model": MODEL}
+    return {**spec, "hold_s": hold_s} if hold_s else spec  # as the control plane sends it
 
 
 def until(sup: RouterSupervisor, predicate: Callable[[list[dict[str, Any]]], bool],
@@ -351,7 +361,7 @@ def test_the_status_has_the_contracts_shape(supervisors, workers):
                            "error", "log_tail", "metrics", "at"}
     assert status["service_id"] == 3 and status["port"] == port and status["healthy"] is True
     assert status["error"] == "" and isinstance(status["at"], float)
-    assert set(status["metrics"]) == {"requests_total", "per_worker"}
+    assert set(status["metrics"]) == {"requests_total", "per_worker", "no_worker_tries"}
     assert set(status["metrics"]["per_worker"]) == set(workers)
     assert 0 < len(status["log_tail"]) <= 50
     assert not any("\x1b" in line for line in status["log_tail"])  # the router's colours
@@ -387,3 +397,71 @@ def test_a_router_that_never_answers_is_given_up_after_the_startup_timeout(super
     sup.set_desired([desired(free_port(), [])])
     (status,) = until(sup, lambda s: s[0]["state"] in ("crashed", "backing_off"))
     assert "not healthy 0.5 s after start" in status["error"]
+
+
+# -- holding requests while a service has no replica (min_replicas 0) ----------------------
+
+
+def test_a_router_without_a_hold_is_started_as_before():
+    """No retry flag at all: the router's own 5 tries, as every router before scale to zero."""
+    assert router_argv(["vllm-router"], RouterProcess(3, 1, 9000, "round_robin"), [],
+                       9100) == [
+        "vllm-router", "--host", "0.0.0.0", "--port", "9000", "--policy", "round_robin",
+        "--cb-failure-threshold", "3", "--cb-timeout-duration-secs", "10", "--worker-urls",
+        "--prometheus-port", "9100", "--prometheus-host", "127.0.0.1", "--log-level",
+        "warning", "--worker-startup-timeout-secs", "2", "--worker-startup-check-interval",
+        "1", "--health-check-timeout-secs", "2"]
+
+
+def test_a_hold_is_a_retry_budget_whose_backoffs_add_up_to_it():
+    started = router_argv(["vllm-router"], RouterProcess(3, 1, 9000, "round_robin", 300), [],
+                          9100)
+    assert flag(started, "--retry-max-retries") == str(hold_retries(300))
+    assert flag(started, "--retry-initial-backoff-ms") == "50"  # the router's own first ones
+    assert flag(started, "--retry-backoff-multiplier") == "1.5"
+    assert flag(started, "--retry-max-backoff-ms") == str(RETRY_MAX_BACKOFF_MS)
+
+    def held_s(tries: int) -> float:  # the backoffs between that many tries, no jitter
+        return sum(min(0.05 * 1.5 ** k, RETRY_MAX_BACKOFF_MS / 1000) for k in range(tries - 1))
+
+    for hold in (30, 120, 300, 600):
+        assert held_s(hold_retries(hold) - 1) < hold <= held_s(hold_retries(hold))
+    assert hold_retries(300) == 159  # 5.7 s of growing backoffs, then 2 s each
+
+
+def test_without_a_hold_a_request_with_no_worker_is_refused_at_once(supervisors):
+    sup, port = supervisors(), free_port()
+    sup.set_desired([desired(port, [])])
+    until(sup, ready_with([]))
+    started = time.monotonic()
+    assert attempt(port, 2).startswith("HTTP 503")
+    assert time.monotonic() - started < 3.0  # measured 0.45 s: 5 tries, 50 ms backoff x1.5
+
+
+def test_with_a_hold_a_request_waits_for_the_first_worker_and_is_answered(supervisors,
+                                                                         workers):
+    """The request is sent to a router with no worker, waits in its retries (counted as tries
+    that found no worker, which the status reports at once) and is answered by the worker
+    added seconds later. Changing the hold restarts the router with the new budget."""
+    sup, port = supervisors(), free_port()
+    sup.set_desired([desired(port, [], hold_s=60)])
+    (status,) = until(sup, ready_with([]))
+    assert flag(argv(sup), "--retry-max-retries") == str(hold_retries(60))
+    answers: list[str] = []
+    sent = time.monotonic()
+    client = threading.Thread(target=lambda: answers.append(attempt(port, 2)), daemon=True)
+    client.start()
+    until(sup, lambda s: s[0]["metrics"]["no_worker_tries"] >= 2)  # read every tick
+    time.sleep(max(0.0, 3.0 - (time.monotonic() - sent)))
+    assert answers == []  # still held
+
+    sup.set_desired([desired(port, workers[:1], hold_s=60)])
+    until(sup, ready_with(workers[:1]))
+    client.join(TIMEOUT_S)
+    waited_s = time.monotonic() - sent
+    assert answers == ["200"] and 3.0 <= waited_s < 3.0 + TIMEOUT_S, (answers, waited_s)
+
+    pid = sup.status()[0]["pid"]
+    sup.set_desired([desired(port, workers[:1])])  # min_replicas no longer 0: no hold
+    (status,) = until(sup, lambda s: ready_with(workers[:1])(s) and s[0]["pid"] != pid)
+    assert "--retry-max-retries" not in argv(sup)

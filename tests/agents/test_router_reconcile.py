@@ -59,6 +59,7 @@ class Routers:
     def __init__(self, order: list[str] | None = None) -> None:
         self.desired: dict | None = None
         self.state, self.workers, self.order = "starting", [], order
+        self.metrics: dict[str, Any] = {"requests_total": 0, "per_worker": {}}
 
     def set_desired(self, routers: list) -> None:
         self.desired = parse_routers(routers)
@@ -70,7 +71,7 @@ class Routers:
     def status(self) -> list:
         return [{"service_id": i, "state": self.state, "pid": 10, "port": s.port,
                  "workers": list(self.workers), "healthy": True, "error": "",
-                 "log_tail": [], "metrics": {"requests_total": 0, "per_worker": {}},
+                 "log_tail": [], "metrics": dict(self.metrics),
                  "at": 1.0} for i, s in sorted((self.desired or {}).items())]
 
 
@@ -166,6 +167,26 @@ def test_a_router_change_is_reported_at_once_and_otherwise_with_the_heartbeat():
     clock.now += HEARTBEAT_S
     reconciler.step()
     assert len(control.reports) == sent + 3
+
+
+def test_tries_that_found_no_worker_are_reported_at_once_other_counts_with_the_heartbeat():
+    """At zero replicas a request held by the router is what starts the first replica: its
+    tries go out on the next step; the request counts of a busy router wait for the
+    heartbeat."""
+    routers = Routers()
+    routers.metrics = {"requests_total": 0, "per_worker": {}, "no_worker_tries": 0}
+    reconciler, control, clock, _ = make(Supervisor(), routers)
+    reconciler.step()
+    sent = len(control.reports)
+    routers.metrics = {**routers.metrics, "requests_total": 50}
+    clock.now += 1
+    reconciler.step()
+    assert len(control.reports) == sent
+    routers.metrics = {**routers.metrics, "no_worker_tries": 2}
+    clock.now += 1
+    reconciler.step()
+    assert len(control.reports) == sent + 1
+    assert control.reports[-1][1][0]["metrics"]["no_worker_tries"] == 2
 
 
 def test_a_poke_ends_the_loops_wait_at_once():

@@ -23,7 +23,19 @@ def test_the_contracts_example_parses_whole():
     assert spec == RouterSpec(3, "llama", 9000, "power_of_two",
                               ("http://10.0.0.5:8001", "http://10.0.0.6:8001"),
                               "meta-llama/Llama-3.1-8B-Instruct")
-    assert spec.process_key == (9000, "power_of_two")
+    assert spec.process_key == (9000, "power_of_two", 0)  # no hold: the router's own retries
+
+
+def test_a_hold_is_part_of_what_the_router_is_started_with():
+    (spec,) = parse_routers([router(hold_s=300)]).values()
+    assert spec.hold_s == 300 and spec.process_key == (9000, "power_of_two", 300)
+
+
+@pytest.mark.parametrize("hold", [-1, 3601, 1.5, True, "300", None])
+def test_a_hold_that_is_not_whole_seconds_within_an_hour_is_refused(hold):
+    with pytest.raises(RouterSpecError, match="router of service 3: hold_s must be an "
+                                              "integer in 0-3600"):
+        parse_routers([router(hold_s=hold)])
 
 
 def test_no_workers_and_ipv6_hostname_and_https_workers_are_fine():
@@ -129,7 +141,7 @@ LISTED = [Worker("http://127.0.0.1:18101", True), Worker("http://127.0.0.1:18102
 
 def test_the_counts_are_the_listed_workers_own():
     found = parse_metrics(ROUND_ROBIN_PAGE, LISTED).as_json()
-    assert found == {"requests_total": 6, "per_worker": {
+    assert found == {"requests_total": 6, "no_worker_tries": 0, "per_worker": {
         "http://127.0.0.1:18101": {"processed": 3, "running": 2, "healthy": 1},
         "http://127.0.0.1:18102": {"processed": 2, "running": 0, "healthy": 0}}}
 
@@ -142,8 +154,27 @@ def test_without_the_processed_counter_the_outcomes_count():
 
 def test_a_worker_the_page_does_not_name_yet_counts_zero_with_its_listed_health():
     found = parse_metrics("", [Worker("http://127.0.0.1:9", False)]).as_json()
-    assert found == {"requests_total": 0, "per_worker": {
+    assert found == {"requests_total": 0, "no_worker_tries": 0, "per_worker": {
         "http://127.0.0.1:9": {"processed": 0, "running": 0, "healthy": 0}}}
+
+
+# The same router with no worker, after a request held in its retries (and one that timed
+# out before): each try that found no worker is counted, the request itself is not.
+NO_WORKER_PAGE = """\
+# TYPE vllm_router_request_errors_total counter
+vllm_router_request_errors_total{route="/v1/completions",error_type="no_available_workers"} 25
+vllm_router_request_errors_total{route="/v1/chat/completions",error_type="no_available_workers"} 4
+vllm_router_request_errors_total{route="/v1/completions",error_type="upstream_error"} 2
+# TYPE vllm_router_retries_total counter
+vllm_router_retries_total{route="/v1/completions"} 23
+# TYPE vllm_router_active_workers gauge
+vllm_router_active_workers 0
+"""
+
+
+def test_the_tries_that_found_no_worker_are_counted_over_the_routes():
+    found = parse_metrics(NO_WORKER_PAGE, []).as_json()
+    assert found == {"requests_total": 0, "no_worker_tries": 29, "per_worker": {}}
 
 
 def test_a_page_that_is_not_prometheus_text_says_so():
@@ -157,5 +188,5 @@ def test_counts_are_bounded_whole_numbers():
             'vllm_router_worker_health{worker="http://127.0.0.1:18101"} 7\n'
             'vllm_router_requests_total{route="/v1/completions"} -3\n')
     found = parse_metrics(page, LISTED[:1]).as_json()
-    assert found == {"requests_total": 0, "per_worker": {
+    assert found == {"requests_total": 0, "no_worker_tries": 0, "per_worker": {
         "http://127.0.0.1:18101": {"processed": 0, "running": 2**31 - 1, "healthy": 1}}}

@@ -163,6 +163,10 @@ class RouterSpecSerializer(serializers.Serializer):
     workers = StringListField(help_text="The replicas in rotation, as http://address:port: "
                                         "exactly the router's worker list")
     model = serializers.CharField()
+    hold_s = serializers.IntegerField(required=False, help_text=(
+        "How long the router holds a request while it has no worker, in seconds (a service "
+        "with min_replicas 0: its retry budget covers the first replica's start); absent: "
+        "the router's usual retries. A change restarts the router"))
 
 
 class AgentConfigSerializer(serializers.Serializer):
@@ -239,6 +243,9 @@ class WorkerCountsSerializer(serializers.Serializer):
 class RouterMetricsSerializer(serializers.Serializer):
     requests_total = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT,
                                               required=False)
+    no_worker_tries = serializers.IntegerField(
+        min_value=0, max_value=MAX_BIGINT, required=False,
+        help_text="The router's tries that found no worker (a request held at zero replicas)")
     per_worker = serializers.DictField(child=WorkerCountsSerializer(), required=False,
                                        help_text="worker URL -> its counts")
 
