@@ -17,11 +17,17 @@ is taken, one step at a time:
 While a step is in flight the policy takes no other; the cool-downs count from the steps taken.
 Repeated decisions that change nothing (a hold, the config's case, the same recommendation) are
 recorded once per ``REPEAT_S``, not every minute.
+
+At zero replicas (``min_replicas`` 0) the service is judged every tick as well: a request the
+router holds is waiting for the first replica (``scaling_policy.from_zero``), so no minute is
+waited for. Scaling in to zero is the policy's ordinary scale-in, taken the same way: the last
+replica leaves the router, which then holds what it is sent in its retries.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import fields
 from datetime import datetime, timedelta
 
 from controlplane.fleet import routing, scaling_evidence
@@ -40,6 +46,7 @@ from controlplane.fleet.scaling_policy import (
     Policy,
     State,
     decide,
+    from_zero,
 )
 from controlplane.telemetry.rollups.refresh import floor
 
@@ -49,13 +56,15 @@ REPEAT_S = 600  # an unchanged hold, config case or recommendation is recorded t
 # a leaving replica is removed whatever the reports say (the router's retries cover a request
 # sent to it while it drains).
 ROUTER_WAIT_S = 30.0
+# The knobs a Policy holds (the router's hold is the router spec's, not the decision's).
+THRESHOLDS = frozenset(KNOB_RANGES) & {f.name for f in fields(Policy)}
 
 
 def policy_of(service: Service) -> Policy:
     """The service's limits, and its thresholds over the defaults."""
     scaling = service.scaling if isinstance(service.scaling, dict) else {}
     return Policy(min_replicas=service.min_replicas, max_replicas=service.max_replicas,
-                  **{k: v for k, v in scaling.items() if k in KNOB_RANGES})
+                  **{k: v for k, v in scaling.items() if k in THRESHOLDS})
 
 
 def step(service: Service, now: datetime) -> ScaleDecision | None:
@@ -66,6 +75,8 @@ def step(service: Service, now: datetime) -> ScaleDecision | None:
         _follow(service, in_flight, now)
     if service.scaling_mode == ScalingMode.OFF:
         return None
+    if service.replicas == 0 and (started := _from_zero(service, now)) is not None:
+        return started
     minute = floor(now, 60)
     if service.scaling_minute is not None and service.scaling_minute >= minute:
         return None
@@ -76,6 +87,16 @@ def step(service: Service, now: datetime) -> ScaleDecision | None:
     minutes = scaling_evidence.service_minutes(replicas, now - timedelta(seconds=window_s),
                                                now)
     decision = decide(policy, service.replicas, minutes, state_of(service), now)
+    if decision is None or _repeats(service, decision, now):
+        return None
+    return _record(service, decision, now)
+
+
+def _from_zero(service: Service, now: datetime) -> ScaleDecision | None:
+    """Judged every tick, not once a minute: at zero replicas a request the router holds
+    waits for this step, and for the replica it starts."""
+    decision = from_zero(policy_of(service), service.replicas,
+                         scaling_evidence.router_waiting(service), state_of(service), now)
     if decision is None or _repeats(service, decision, now):
         return None
     return _record(service, decision, now)

@@ -12,7 +12,9 @@ joining the rotation as a ServiceEvent and bumps the router host's ``config_vers
 reply carries it and the router's agent fetches ``router_specs`` within a batch or so, then
 changes the running router's worker list (agents/router). The router's agent reports back
 (``record_router_status``): a rollout waits until the router no longer lists a replica it took
-out.
+out. A service that may scale to zero has its router started with a retry budget that holds a
+request until the first replica serves (the spec's ``hold_s``), and the reports say when the
+router last tried to send one and found no worker (``NO_WORKER_GREW``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from controlplane.fleet.models import (
     ServiceEventKind,
 )
 from controlplane.fleet.queries import is_online
-from controlplane.fleet.scaling_policy import Direction
+from controlplane.fleet.scaling_policy import Direction, router_hold_s
 from controlplane.telemetry.schema import TABLES
 from controlplane.telemetry.stall import stalled_engines
 
@@ -52,6 +54,9 @@ OUT_PHASES = frozenset({"out_of_router", "draining", "starting", "retiring"})
 # How far back the newest engine and GPU rows are looked for (partition pruning, a bound).
 NEWEST_WITHIN = timedelta(minutes=5)
 NOTE_CHARS = 300  # Deployment.rotation_note's max_length
+# What the control plane adds to a router's stored report: when its tries that found no worker
+# last grew ({"at": unix seconds, "by": tries}), the sign of a request held at zero replicas.
+NO_WORKER_GREW = "no_worker_grew"
 
 
 class Why:
@@ -264,29 +269,57 @@ def router_specs(host_id: int) -> list[dict]:
     for service in Service.objects.filter(router_host_id=host_id).order_by("id"):
         workers = (service.replica_set.filter(in_rotation=True).select_related("host")
                    .order_by("replica", "id"))
-        specs.append({"service_id": service.pk, "service": service.name,
-                      "port": service.router_port, "policy": service.router_policy,
-                      "workers": [worker_url(d) for d in workers], "model": service.model})
+        spec = {"service_id": service.pk, "service": service.name,
+                "port": service.router_port, "policy": service.router_policy,
+                "workers": [worker_url(d) for d in workers], "model": service.model}
+        # Only for a service that may scale to zero: the others' routers run as before.
+        if hold_s := router_hold_s(service.min_replicas, service.scaling):
+            spec["hold_s"] = hold_s
+        specs.append(spec)
     return specs
 
 
-def record_router_status(host_id: int, reports: Iterable[dict]) -> int:
+def record_router_status(host_id: int, reports: Iterable[dict],
+                         now: datetime | None = None) -> int:
     """Store the router agent's reports on their services (already validated in shape);
     unknown services are skipped (deleted since the agent's last fetch). A report for a
     service routed by another host raises ForeignDeployment: nothing is stored."""
     reports = list(reports)
-    owners = dict(Service.objects.filter(pk__in=[r["service_id"] for r in reports])
-                  .values_list("id", "router_host_id"))
-    if foreign := sorted(i for i, owner in owners.items() if owner != host_id):
+    rows = {pk: (owner, status) for pk, owner, status in Service.objects.filter(
+        pk__in=[r["service_id"] for r in reports]).values_list("id", "router_host_id",
+                                                                 "router_status")}
+    if foreign := sorted(i for i, (owner, _) in rows.items() if owner != host_id):
         raise ForeignDeployment(f"service {foreign[0]} is routed by another host")
-    now = timezone.now()
+    now = now or timezone.now()
     stored = 0
-    for report in (r for r in reports if r["service_id"] in owners):
+    for report in (r for r in reports if r["service_id"] in rows):
         status = {k: v for k, v in report.items() if k != "service_id"}
+        status = _with_waiting(status, rows[report["service_id"]][1], now)
         Service.objects.filter(pk=report["service_id"]).update(router_status=status,
                                                                router_reported_at=now)
         stored += 1
     return stored
+
+
+def _with_waiting(status: dict, before: object, now: datetime) -> dict:
+    """The report, with when the router's tries that found no worker last grew and by how
+    many (NO_WORKER_GREW): its count says nothing of now, its growth says a request waits,
+    which is what a service at zero replicas scales out on. The same process keeps what was
+    seen of it; a new one counts from zero."""
+    before = before if isinstance(before, dict) else {}
+    same = status.get("pid") is not None and status.get("pid") == before.get("pid")
+    tries, was = _no_worker_tries(status), _no_worker_tries(before) if same else 0
+    if tries > was:
+        return {**status, NO_WORKER_GREW: {"at": now.timestamp(), "by": tries - was}}
+    if same and isinstance(before.get(NO_WORKER_GREW), dict):
+        return {**status, NO_WORKER_GREW: before[NO_WORKER_GREW]}
+    return status
+
+
+def _no_worker_tries(status: dict) -> int:
+    metrics = status.get("metrics")
+    tries = metrics.get("no_worker_tries") if isinstance(metrics, dict) else None
+    return tries if isinstance(tries, int) and not isinstance(tries, bool) else 0
 
 
 def router_lists(service: Service, d: Deployment, since: datetime) -> bool | None:

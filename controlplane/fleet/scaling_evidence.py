@@ -6,18 +6,21 @@ later than a decision should wait. Each replica's gauges are averaged over the m
 summed over the replicas (requests waiting and running) or averaged (KV usage); the TTFT burn
 rate comes from the bucket counts summed over the minute and the replicas, against the TTFT
 objective (``telemetry/objectives``), as the alerts' ``error_budget_burn`` reads it.
+
+At zero replicas there are no engine rows: what the router said of the requests it holds
+(``router_waiting``) is the evidence.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
 from controlplane.fleet import routing
-from controlplane.fleet.models import Deployment
-from controlplane.fleet.scaling_policy import Minute
+from controlplane.fleet.models import Deployment, Service
+from controlplane.fleet.scaling_policy import Minute, Waiting
 from controlplane.telemetry import objectives
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.rollups.refresh import floor
@@ -46,6 +49,20 @@ def service_minutes(replicas: list[Deployment], start: datetime,
                    kv_usage=_mean([e[2] for e in per_engine]), ttft_burn=burns.get(at),
                    requests=round(sum(e[3] for e in per_engine) * 60))
             for at, per_engine in sorted(gauges.items())]
+
+
+def router_waiting(service: Service) -> Waiting | None:
+    """When the router's tries that found no worker last grew, and by how many, as the
+    control plane recorded it from the router agent's reports (``routing.record_router_status``);
+    None when they never grew in its current process."""
+    status = service.router_status if isinstance(service.router_status, dict) else {}
+    grew = status.get(routing.NO_WORKER_GREW)
+    if not isinstance(grew, dict):
+        return None
+    at, tries = grew.get("at"), grew.get("by")
+    if not isinstance(at, int | float) or not isinstance(tries, int):
+        return None
+    return Waiting(datetime.fromtimestamp(at, UTC), tries)
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -13,6 +13,12 @@ replica runs ``max_num_seqs`` requests; the same load never triggers both.
 Each direction has its own cool-down after the last step taken, and no step is decided while
 one is in flight. Every decision carries its evidence: each figure over its window against its
 threshold, as it read.
+
+At zero replicas (``min_replicas`` 0) there are no minutes to read: the router is the only
+witness of demand. A request sent then waits in the router's retries (its agent starts it with a
+retry budget of ``router_hold_s``), and each of its tries that finds no worker is counted; a
+count that grew lately is a request waiting now, so the first replica is added at once, with no
+window (``from_zero``).
 """
 
 from __future__ import annotations
@@ -45,6 +51,18 @@ class Policy:
     in_cooldown_s: int = 600
 
 
+# How long the router holds a request sent at zero replicas, unless the service's ``scaling``
+# says otherwise: the 5 minutes rollouts give a replica to become ready by default
+# (PITWALL_ROLLOUT_READY_MIN_S). Bounded: each second of hold is also a second a live replica's
+# failure may keep a client waiting, and a client's own timeout rarely exceeds 10 minutes.
+DEFAULT_HOLD_S = 300
+HOLD_RANGE_S = (30, 600)
+# A request held at zero tries again every 2.4 s at most (the router's longest backoff with its
+# jitter), and its agent reports each growth within a second or two, at worst with its 30-s
+# heartbeat: a count that grew this recently is a request still waiting.
+WAITING_S = 60
+
+
 @dataclass(frozen=True)
 class Minute:
     """One minute of the service's serving replicas, summed or averaged over them."""
@@ -56,6 +74,15 @@ class Minute:
     kv_usage: float | None  # the replicas' mean KV-cache usage, 0..1
     ttft_burn: float | None  # the TTFT objective's burn rate (None: no request finished)
     requests: int = 0  # requests finished
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What the router said of requests sent while it had no worker: its tries that found
+    none grew by ``tries`` in the report received at ``at``."""
+
+    at: datetime
+    tries: int
 
 
 @dataclass
@@ -111,6 +138,34 @@ def decide(policy: Policy, replicas: int, minutes: list[Minute], state: State,
         return _gate(out, policy, state, now)
     inward = _scale_in(policy, replicas, _within(minutes, now, policy.in_window_s))
     return None if inward is None else _gate(inward, policy, state, now)
+
+
+def from_zero(policy: Policy, replicas: int, waiting: Waiting | None, state: State,
+              now: datetime) -> Decision | None:
+    """At zero replicas, the first one as soon as the router holds a request: no window to
+    fill, someone is waiting. None above zero, or with no recent sign of a request."""
+    if replicas != 0 or waiting is None:
+        return None
+    age_s = (now - waiting.at).total_seconds()
+    if age_s > WAITING_S:
+        return None
+    held = Figure("router_tries_without_a_replica", WAITING_S, waiting.tries, 0.0, ">", True)
+    return _gate(Decision(Direction.OUT, 0, 1,
+                          f"requests wait in the router with no replica: its tries that found "
+                          f"none grew by {waiting.tries} {max(age_s, 0.0):.0f} s ago", [held]),
+                 policy, state, now)
+
+
+def router_hold_s(min_replicas: object, scaling: object) -> int:
+    """How long the service's router holds a request while no replica serves: 0 (the router's
+    usual retries) unless the service may scale to zero; then its ``zero_hold_s``, else
+    DEFAULT_HOLD_S. Read from the config alone, not from the replicas: a change restarts the
+    router."""
+    if min_replicas != 0:
+        return 0
+    knob = scaling.get("zero_hold_s") if isinstance(scaling, dict) else None
+    hold = knob if isinstance(knob, int) and not isinstance(knob, bool) else DEFAULT_HOLD_S
+    return min(max(hold, HOLD_RANGE_S[0]), HOLD_RANGE_S[1])
 
 
 def _within(minutes: list[Minute], now: datetime, window_s: int) -> list[Minute] | None:
@@ -218,7 +273,8 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
 
-# What a service's ``scaling`` may set over the defaults, and the range of each.
+# What a service's ``scaling`` may set over the defaults, and the range of each: Policy's
+# thresholds, and the router's hold at zero replicas (``router_hold_s``).
 KNOB_RANGES: dict[str, tuple[float, float]] = {
     "waiting_per_replica": (0.0, 10_000.0),
     "ttft_burn": (0.0, 1_000.0),
@@ -228,6 +284,7 @@ KNOB_RANGES: dict[str, tuple[float, float]] = {
     "in_window_s": (60, 86_400),
     "out_cooldown_s": (0, 86_400),
     "in_cooldown_s": (0, 86_400),
+    "zero_hold_s": HOLD_RANGE_S,
 }
 
 

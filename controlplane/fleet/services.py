@@ -15,10 +15,12 @@ the service's write is the one checked, so a writer may scale a service whose co
 someone allowed to load code, as they may re-enable such a deployment.
 
 A change of ``REPLICA_FIELDS`` starts a rollout (``rollouts.start``); a change of ``replicas``
-scales (``scale``); router changes bump the router hosts' config version. ``replace`` serves
-healing: a new replica, elsewhere, for a lost one. Placements are serialised by one advisory
-lock, so two services never take the same GPU; a plain deployment saved meanwhile that takes
-one is caught by ``deployments.check`` and the service's change is refused whole.
+scales (``scale``); router changes bump the router hosts' config version, and so does a change
+of the router's hold at zero replicas (``min_replicas`` to or from 0: its router restarts).
+``replace`` serves healing: a new replica, elsewhere, for a lost one. Placements are
+serialised by one advisory lock, so two services never take the same GPU; a plain deployment
+saved meanwhile that takes one is caught by ``deployments.check`` and the service's change is
+refused whole.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from controlplane.fleet.models import (
     ServiceEventKind,
     ServiceRevision,
 )
-from controlplane.fleet.scaling_policy import knob_errors
+from controlplane.fleet.scaling_policy import knob_errors, router_hold_s
 
 REPLICA_FIELDS = ("model", "vllm_version", "args", "env", "drain_timeout_s")
 ROUTER_FIELDS = ("router_host", "router_port", "router_policy")
@@ -91,7 +93,7 @@ def check(service: Service) -> None:
         ("env", deployments.env_errors(service.env)),
         ("drain_timeout_s", deployments.drain_errors(service.drain_timeout_s)
          if _whole(service.drain_timeout_s) else ["must be a whole number of seconds"]),
-        ("replicas", _int_errors(service.replicas, 1, MAX_REPLICAS)),
+        ("replicas", _replicas_errors(service)),
         ("selector", _selector_errors(service.selector)),
         ("gpu_model", _text_errors(service.gpu_model, MAX_GPU_MODEL, blank=True)),
         ("router_host", _router_host_errors(service)),
@@ -102,13 +104,36 @@ def check(service: Service) -> None:
         ("max_surge", _int_errors(service.max_surge, 0, MAX_REPLICAS)),
         ("canary_window_s", _int_errors(service.canary_window_s, *CANARY_WINDOW_S)),
         ("scaling_mode", _choice_errors(service.scaling_mode, ScalingMode.values)),
-        ("min_replicas", _int_errors(service.min_replicas, 1, MAX_REPLICAS)),
+        ("min_replicas", _min_replicas_errors(service)),
         ("max_replicas", _max_replicas_errors(service)),
         ("scaling", knob_errors(service.scaling)),
     )
     errors = {field: problems for field, problems in checks if problems}
     if errors:
         raise ValidationError(errors)
+
+
+def _replicas_errors(service: Service) -> list[str]:
+    """0 only for a service that scales from zero by itself: in any other, nothing would ever
+    start its first replica again."""
+    if service.replicas != 0 or not _whole(service.replicas):
+        return _int_errors(service.replicas, 1, MAX_REPLICAS)
+    if service.scaling_mode != ScalingMode.AUTO or service.min_replicas != 0:
+        return ["0 only with scaling_mode auto and min_replicas 0 (scale to zero: the "
+                f"autoscaler starts the first replica when a request comes); otherwise a "
+                f"whole number from 1 to {MAX_REPLICAS}"]
+    return []
+
+
+def _min_replicas_errors(service: Service) -> list[str]:
+    """0 (scale to zero) needs a router: it holds the requests sent meanwhile and is the one
+    that sees them, to start the first replica on."""
+    if problems := _int_errors(service.min_replicas, 0, MAX_REPLICAS):
+        return problems
+    if service.min_replicas == 0 and service.router_host_id is None:
+        return ["0 needs a router (router_host): it holds the requests sent while no replica "
+                "runs, and starts the first one on them"]
+    return []
 
 
 def _max_replicas_errors(service: Service) -> list[str]:
@@ -281,9 +306,17 @@ def _apply(service: Service, before: dict | None, changed: list[str], revision: 
         if "replicas" in changed:
             scale(service, author)
     routers = {service.router_host_id, (before or {}).get("router_host")}
-    if before is None or set(changed) & {*ROUTER_FIELDS, "replicas"}:
+    if before is None or set(changed) & {*ROUTER_FIELDS, "replicas"} or _hold_changed(
+            before, service):
         for host_id in routers - {None}:
             deployments._bump(host_id)
+
+
+def _hold_changed(before: dict, service: Service) -> bool:
+    """Whether the router's hold at zero replicas changed (min_replicas to or from 0, or its
+    zero_hold_s): its agent restarts the router with the new retry budget."""
+    return (router_hold_s(before.get("min_replicas"), before.get("scaling"))
+            != router_hold_s(service.min_replicas, service.scaling))
 
 
 @transaction.atomic

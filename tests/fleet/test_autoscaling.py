@@ -4,21 +4,24 @@ router agent the workers its config names (tests/fleet/controller_support.py).""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 
 from controlplane.audit.models import AuditEntry
-from controlplane.fleet import autoscaling
+from controlplane.fleet import autoscaling, routing, services
 from controlplane.fleet.models import (
     Deployment,
+    Host,
     ScaleDecision,
     ScaleState,
     ScalingMode,
     Service,
 )
-from controlplane.fleet.scaling_policy import Direction
+from controlplane.fleet.scaling_policy import DEFAULT_HOLD_S, Direction
 from controlplane.telemetry.schema import TABLES
 from tests.fleet.controller_support import (
     Agents,
@@ -170,3 +173,142 @@ def test_a_step_in_flight_is_finished_when_scaling_is_switched_off(empty_samples
         service=service, state=ScaleState.IN_FLIGHT).exists())
     assert [r.replica for r in replicas(service)] == [0, 1]
     assert all(d.in_rotation for d in replicas(service))
+
+
+# -- scale to zero, and from zero --------------------------------------------------------------
+
+# Not a single request in the window: what scaling in to zero needs.
+NONE = {"requests_waiting": 0.0, "requests_running": 0.0, "kv_cache_usage": 0.0,
+        "requests_finished_per_s": 0.0}
+TO_ZERO = {"in_window_s": 60, "in_cooldown_s": 0, "out_cooldown_s": 0}
+
+
+@dataclass
+class HoldingRouter(Agents):
+    """The router agent of a service that may scale to zero: its reports carry the router's
+    pid and its count of tries that found no worker, which grows while a client's request
+    waits in the router's retries (``waiting``) and the router has no worker."""
+
+    waiting: bool = False
+    tries: int = 0
+
+    def route(self, now: datetime | None = None) -> None:
+        for spec in routing.router_specs(self.router.pk):
+            if self.waiting and not spec["workers"]:
+                self.tries += 2  # a try every 2 s, a tick every 3 s: about that
+            routing.record_router_status(self.router.pk, [{
+                "service_id": spec["service_id"], "state": "ready", "pid": 77,
+                "workers": spec["workers"], "healthy": True,
+                "metrics": {"requests_total": 0, "per_worker": {},
+                            "no_worker_tries": self.tries}}], now=now)
+
+
+def start_scalable_to_zero(mode: str = ScalingMode.AUTO) -> tuple[Service, HoldingRouter,
+                                                                  Clock]:
+    hosts(2)
+    router = router_host()
+    service = make_service(router, replicas=1, scaling_mode=mode, min_replicas=0,
+                           max_replicas=2, scaling=TO_ZERO)
+    agents, clock = HoldingRouter(service, router), Clock()
+    run(clock, agents, lambda: all(d.in_rotation for d in replicas(service)))
+    return service, agents, clock
+
+
+def router_spec(service: Service) -> dict:
+    [spec] = routing.router_specs(service.router_host_id)
+    return spec
+
+
+def test_idle_scales_to_zero_through_the_router_and_a_held_request_starts_one(empty_samples):
+    service, agents, clock = start_scalable_to_zero()
+    assert router_spec(service)["hold_s"] == DEFAULT_HOLD_S  # started to hold, from the first
+    load(service, clock, 2, **NONE)
+    seen: list[tuple[bool, list[str]]] = []  # (the replica still there, the router's workers)
+    run(clock, agents, lambda: ScaleDecision.objects.filter(
+        service=service, state=ScaleState.DONE).exists(),
+        each=lambda: seen.append((bool(replicas(service)), router_spec(service)["workers"])))
+    [to_zero] = decisions(service)
+    assert (to_zero.direction, to_zero.replicas_before, to_zero.replicas_after) == (
+        Direction.IN, 1, 0)
+    assert (True, []) in seen  # out of the router first, then removed
+    service.refresh_from_db()
+    assert service.replicas == 0 and replicas(service) == []
+    assert router_spec(service)["workers"] == []  # requests now wait in its retries
+
+    quiet_until = clock.now + timedelta(minutes=3)
+    run(clock, agents, lambda: clock.now >= quiet_until)
+    assert len(decisions(service)) == 1  # no request, no replica
+
+    agents.waiting = True
+    ticks = run(clock, agents, lambda: len(decisions(service)) == 2)
+    assert ticks == 1  # the tick that heard of it: no window at zero
+    from_zero = decisions(service)[-1]
+    assert (from_zero.direction, from_zero.replicas_before, from_zero.replicas_after,
+            from_zero.state) == (Direction.OUT, 0, 1, ScaleState.IN_FLIGHT)
+    assert from_zero.evidence[0]["name"] == "router_tries_without_a_replica"
+    assert "requests wait in the router with no replica" in from_zero.reason
+    run(clock, agents, lambda: ScaleDecision.objects.get(pk=from_zero.pk).state
+        == ScaleState.DONE)
+    [replica] = replicas(service)
+    assert replica.in_rotation and router_spec(service)["workers"] == [
+        routing.worker_url(replica)]
+    assert ScaleDecision.objects.get(pk=from_zero.pk).ready_s > 0
+
+
+def test_recommend_mode_at_zero_records_the_replica_it_would_start(empty_samples):
+    service, agents, clock = start_scalable_to_zero()
+    Service.objects.filter(pk=service.pk).update(replicas=0, scaling_mode=ScalingMode.RECOMMEND)
+    service.refresh_from_db()
+    services.scale(service)
+    agents.waiting = True
+    begun = clock.now
+    run(clock, agents, lambda: clock.now >= begun + timedelta(minutes=2))
+    [d] = decisions(service)
+    assert (d.mode, d.state, d.direction, d.replicas_before, d.replicas_after) == (
+        "recommend", ScaleState.RECOMMENDED, Direction.OUT, 0, 1)
+    assert replicas(service) == []  # said once, nothing started
+
+
+def save_refused(service: Service, **changes) -> dict:
+    for name, value in changes.items():
+        setattr(service, name, value)
+    with pytest.raises(ValidationError) as refused:
+        services.save(service)
+    return refused.value.message_dict
+
+
+def test_scale_to_zero_needs_auto_mode_and_a_router(db):
+    hosts(1)
+    router = router_host()
+    at_zero = make_service(router, replicas=0, scaling_mode=ScalingMode.AUTO, min_replicas=0,
+                           max_replicas=1)
+    assert replicas(at_zero) == [] and router_spec(at_zero)["hold_s"] == DEFAULT_HOLD_S
+    said = save_refused(at_zero, scaling_mode=ScalingMode.RECOMMEND)
+    assert "0 only with scaling_mode auto and min_replicas 0" in said["replicas"][0]
+    said = save_refused(Service.objects.get(pk=at_zero.pk), min_replicas=1)
+    assert "0 only with scaling_mode auto and min_replicas 0" in said["replicas"][0]
+    said = save_refused(Service.objects.get(pk=at_zero.pk), router_host=None)
+    assert "0 needs a router (router_host)" in said["min_replicas"][0]
+    said = save_refused(Service.objects.get(pk=at_zero.pk), min_replicas=-1)
+    assert said["min_replicas"] == ["must be a whole number from 0 to 64"]
+
+
+def test_min_replicas_to_and_from_zero_restarts_the_router_with_its_hold(db):
+    hosts(1)
+    router = router_host()
+    service = make_service(router, replicas=1, scaling_mode=ScalingMode.AUTO, min_replicas=1,
+                           max_replicas=2)
+    assert "hold_s" not in router_spec(service)  # as every router before scale to zero
+    version = Host.objects.get(pk=router.pk).config_version
+    service.min_replicas, service.scaling = 0, {"zero_hold_s": 120}
+    services.save(service)
+    assert router_spec(service)["hold_s"] == 120
+    assert Host.objects.get(pk=router.pk).config_version > version
+    version = Host.objects.get(pk=router.pk).config_version
+    service.max_replicas = 3  # nothing the router runs with: its agent is not asked
+    services.save(service)
+    assert Host.objects.get(pk=router.pk).config_version == version
+    service.min_replicas = 1
+    services.save(service)
+    assert "hold_s" not in router_spec(service)
+    assert Host.objects.get(pk=router.pk).config_version > version

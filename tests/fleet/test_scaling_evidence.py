@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controlplane.fleet.scaling_evidence import service_minutes
+from controlplane.fleet import routing
+from controlplane.fleet.models import Service
+from controlplane.fleet.scaling_evidence import router_waiting, service_minutes
 from controlplane.telemetry import objectives
 from tests.fleet.controller_support import (
     TTFT_BOUNDS,
@@ -74,3 +76,28 @@ def test_a_minute_still_running_and_rows_of_a_down_engine_are_left_out(service):
 
 def test_replicas_without_an_engine_have_no_minutes(service):
     assert service_minutes(replicas(service), START, START + timedelta(minutes=5)) == []
+
+
+def router_report(service, pid: int | None, tries: int | None, at: datetime) -> Service:
+    """The router agent's report of the service's router, received at ``at``."""
+    metrics = {"requests_total": 0, "per_worker": {}}
+    if tries is not None:
+        metrics["no_worker_tries"] = tries
+    routing.record_router_status(service.router_host_id, [{
+        "service_id": service.pk, "state": "ready", "pid": pid, "workers": [],
+        "healthy": True, "metrics": metrics}], now=at)
+    return Service.objects.get(pk=service.pk)
+
+
+def test_the_routers_tries_without_a_worker_are_a_sign_when_they_grow(service):
+    """At zero replicas the router is the only witness: its count of tries that found no
+    worker says nothing of now, its growth says a request waits."""
+    assert router_waiting(router_report(service, 40, 0, START)) is None
+    grown = router_waiting(router_report(service, 40, 3, START + timedelta(seconds=2)))
+    assert (grown.at, grown.tries) == (START + timedelta(seconds=2), 3)
+    kept = router_waiting(router_report(service, 40, 3, START + timedelta(seconds=30)))
+    assert kept == grown  # the same process: when it last grew is kept
+    restarted = router_report(service, 41, 2, START + timedelta(seconds=40))
+    assert router_waiting(restarted).tries == 2  # a new process (or a first sight) from zero
+    assert router_waiting(router_report(service, 42, 0, START + timedelta(seconds=50))) is None
+    assert router_waiting(router_report(service, None, None, START)) is None  # router down

@@ -8,7 +8,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controlplane.fleet.scaling_policy import Direction, Minute, Policy, State, decide
+from controlplane.fleet.scaling_policy import (
+    DEFAULT_HOLD_S,
+    WAITING_S,
+    Direction,
+    Minute,
+    Policy,
+    State,
+    Waiting,
+    decide,
+    from_zero,
+    router_hold_s,
+)
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 POLICY = Policy(min_replicas=1, max_replicas=4)
@@ -135,3 +146,46 @@ def test_the_decision_serialises_with_its_evidence():
     d = decide(POLICY, 2, minutes(3, waiting=6.0), State(), NOW)
     data = d.as_json()
     assert data["changes"] is True and data["evidence"][0]["name"] == "waiting_per_replica"
+
+
+# -- from zero: the router is the only witness ------------------------------------------------
+
+ZERO = Policy(min_replicas=0, max_replicas=2)
+
+
+def test_at_zero_a_request_the_router_holds_starts_one_replica_at_once():
+    """No window: a request waits in the router's retries for this decision."""
+    d = from_zero(ZERO, 0, Waiting(NOW - timedelta(seconds=2), 3), State(), NOW)
+    assert (d.direction, d.replicas_before, d.replicas_after) == (Direction.OUT, 0, 1)
+    [held] = d.evidence
+    assert (held.name, held.value, held.threshold, held.op, held.held) == (
+        "router_tries_without_a_replica", 3, 0.0, ">", True)
+    assert "requests wait in the router with no replica" in d.reason and "2 s ago" in d.reason
+
+
+def test_at_zero_without_a_sign_of_a_request_nothing_is_decided():
+    assert from_zero(ZERO, 0, None, State(), NOW) is None
+    stale = Waiting(NOW - timedelta(seconds=WAITING_S + 1), 3)  # the request gave up since
+    assert from_zero(ZERO, 0, stale, State(), NOW) is None
+    assert decide(ZERO, 0, [], State(), NOW) is None  # no minutes at zero: no window fills
+
+
+def test_above_zero_the_router_says_nothing_the_replicas_do_not():
+    assert from_zero(ZERO, 1, Waiting(NOW, 3), State(), NOW) is None
+
+
+def test_from_zero_waits_for_a_step_in_flight_and_a_failed_ones_cool_down():
+    waiting = Waiting(NOW, 3)
+    in_flight = from_zero(ZERO, 0, waiting, State(in_flight=True), NOW)
+    assert in_flight.direction == Direction.HOLD and "in flight" in in_flight.reason
+    failed = from_zero(ZERO, 0, waiting, State(last_out=NOW - timedelta(seconds=30)), NOW)
+    assert failed.direction == Direction.HOLD and "cool-down 180 s" in failed.reason
+    fast = Policy(min_replicas=0, max_replicas=2, out_cooldown_s=0)
+    assert from_zero(fast, 0, waiting, State(last_out=NOW), NOW).direction == Direction.OUT
+
+
+def test_the_routers_hold_is_for_services_that_may_scale_to_zero():
+    assert router_hold_s(1, {}) == 0 and router_hold_s(1, {"zero_hold_s": 120}) == 0
+    assert router_hold_s(0, {}) == DEFAULT_HOLD_S == 300
+    assert router_hold_s(0, {"zero_hold_s": 120}) == 120
+    assert router_hold_s(0, {"zero_hold_s": 5000}) == 600  # bounded, as the knob's range
