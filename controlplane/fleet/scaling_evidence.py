@@ -32,6 +32,9 @@ from controlplane.telemetry.series.histograms import (
 )
 
 MINUTE = timedelta(minutes=1)
+# An engine whose first row of a minute comes this late into it came up during the minute
+# (the agents sample every 1-10 s): the minute is not one it served whole.
+WHOLE_SLACK_S = 15
 
 
 def service_minutes(replicas: list[Deployment], start: datetime,
@@ -72,22 +75,34 @@ def _mean(values: list[float | None]) -> float | None:
 
 def _gauges(engine_ids: list[int], lo: datetime,
             hi: datetime) -> dict[datetime, list[tuple[float, float, float | None, float]]]:
-    """minute -> per engine: mean waiting, running, KV usage and finished requests per s."""
+    """minute -> per engine that served the whole minute: mean waiting, running, KV usage and
+    finished requests per s."""
     table = TABLES["engine"].name
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT date_trunc('minute', ts), engine_id, coalesce(avg(requests_waiting), 0), "
-            f"coalesce(avg(requests_running), 0), avg(kv_cache_usage), "
-            f"coalesce(avg(requests_finished_per_s), 0) FROM {table} "
+            f"SELECT date_trunc('minute', ts), engine_id, min(ts), "
+            f"coalesce(avg(requests_waiting), 0), coalesce(avg(requests_running), 0), "
+            f"avg(kv_cache_usage), coalesce(avg(requests_finished_per_s), 0) FROM {table} "
             f"WHERE engine_id = ANY(%(ids)s) AND ts >= %(lo)s AND ts < %(hi)s AND up = 1 "
             f"GROUP BY 1, 2",
-            {"ids": engine_ids, "lo": lo, "hi": hi})
+            {"ids": engine_ids, "lo": lo - MINUTE, "hi": hi})
         rows = cursor.fetchall()
+    reported = {(at, engine_id) for at, engine_id, *_ in rows}
     out: dict[datetime, list] = defaultdict(list)
-    for at, _, waiting, running, kv, finished in rows:
+    for at, engine_id, first, waiting, running, kv, finished in rows:
+        if at < lo or not _whole(at, first, (at - MINUTE, engine_id) in reported):
+            continue
         out[at].append((float(waiting), float(running), None if kv is None else float(kv),
                         float(finished)))
     return out
+
+
+def _whole(minute: datetime, first: datetime, reported_before: bool) -> bool:
+    """Whether an engine served the whole minute: it reported in the minute before, or from
+    the minute's first seconds. An engine that came up late in a minute would make that
+    minute's mean of its last seconds: a queue of 7 s read as a minute's (measured on the real
+    CPU build: a replica ready at :50 and loaded at :53 scaled out at the next :02)."""
+    return reported_before or (first - minute).total_seconds() <= WHOLE_SLACK_S
 
 
 def _ttft_burns(engine_ids: list[int], lo: datetime, hi: datetime) -> dict[datetime, float]:

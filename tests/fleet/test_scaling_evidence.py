@@ -74,6 +74,16 @@ def test_a_minute_still_running_and_rows_of_a_down_engine_are_left_out(service):
     assert (got[0].replicas, got[0].waiting, got[0].ttft_burn) == (1, 2.0, None)
 
 
+def test_a_minute_an_engine_came_up_in_late_is_not_one_it_served(service):
+    d, _ = replicas(service)
+    # up at 12:00:50 and queued at once: its 10 s are not a minute of queue; the next minute,
+    # served whole, is
+    up = START + timedelta(seconds=50)
+    engine_rows(d, up, START + timedelta(seconds=119), step_s=1, requests_waiting=3.0)
+    got = service_minutes([d], START, START + timedelta(minutes=2))
+    assert [(m.at, m.waiting) for m in got] == [(START + timedelta(minutes=2), 3.0)]
+
+
 def test_replicas_without_an_engine_have_no_minutes(service):
     assert service_minutes(replicas(service), START, START + timedelta(minutes=5)) == []
 

@@ -105,6 +105,9 @@ def test_demand_adds_a_real_replica_and_idle_removes_it_with_no_request_failed(
     if path := os.environ.get("PITWALL_AUTOSCALING_FIGURES"):
         Path(path).write_text(json.dumps(figures, indent=2))
     assert (out.replicas_before, out.replicas_after) == (1, 2)
+    # a sustained queue: the decision waited for a whole minute of it, not the last seconds
+    # of a minute the replica came up in
+    assert figures["out_after_load_s"] >= SCALING["out_window_s"], figures
     assert evidence["waiting_per_replica"]["held"] and evidence["kv_usage"]["held"]
     assert (inward.replicas_before, inward.replicas_after) == (2, 1)
     assert failed == [], [s.error for s in failed[:10]]
