@@ -312,3 +312,18 @@ def test_min_replicas_to_and_from_zero_restarts_the_router_with_its_hold(db):
     services.save(service)
     assert "hold_s" not in router_spec(service)
     assert Host.objects.get(pk=router.pk).config_version > version
+
+
+def test_a_change_at_zero_rolls_nothing_and_the_first_replica_runs_it(empty_samples):
+    hosts(1)
+    router = router_host()
+    service = make_service(router, replicas=0, scaling_mode=ScalingMode.AUTO, min_replicas=0,
+                           max_replicas=1, scaling=TO_ZERO)
+    agents, clock = HoldingRouter(service, router), Clock()
+    service.args = {**service.args, "max_num_seqs": 64}
+    services.save(service, reason="a change at zero")
+    run(clock, agents, lambda: not service.rollouts.filter(state="running").exists())
+    agents.waiting = True
+    run(clock, agents, lambda: any(d.in_rotation for d in replicas(service)))
+    [replica] = replicas(service)
+    assert replica.args["max_num_seqs"] == 64  # placed with the config of its day
