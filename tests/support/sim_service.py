@@ -9,7 +9,9 @@ vLLM's ``POST /sim/stall``) under the clients' load and follows it out of the ro
 resumed, back in. tests/e2e/test_service_stall.py asserts on it; tests/bench/service_stall.py
 measures it. With ``hosts=2`` the replicas spread over two GPU hosts, and ``lose_host`` kills
 one of them whole (its agent and its replicas, SIGKILL) for healing to replace what it held:
-tests/e2e/test_service_replica_loss.py.
+tests/e2e/test_service_replica_loss.py. ``add_service`` puts another service beside the first,
+behind a vllm-router of its own on the same router host (tests/bench/autoscaling_ramp.py runs
+autoscaled services and a fixed one side by side).
 """
 
 from __future__ import annotations
@@ -134,9 +136,12 @@ class SimServiceStack:
     """The processes of the module docstring; ``start`` brings them up, ``stop`` ends them."""
 
     def __init__(self, workdir: Path, server_env: dict[str, str], *, replicas: int = 3,
-                 hosts: int = 1, tick_s: float | None = None, interval_s: float = 1.0) -> None:
+                 hosts: int = 1, tick_s: float | None = None, interval_s: float = 1.0,
+                 gpus_per_host: int | None = None) -> None:
         self.workdir, self.server_env, self.replicas = workdir, server_env, replicas
-        # Each GPU host has a GPU per replica: any one of them can take the whole service.
+        # Each GPU host has a GPU per replica unless told otherwise: any one of them can take
+        # the whole service.
+        self.gpus_per_host = gpus_per_host or replicas
         self.gpu_hosts = [GPU_HOST, *(f"{GPU_HOST}-{n}" for n in range(2, hosts + 1))]
         self.gpu_agents: dict[str, Process] = {}
         self.tick_s = tick_s if tick_s is not None else settings.PITWALL["SERVICE_TICK_S"]
@@ -188,7 +193,7 @@ class SimServiceStack:
     def _gpu_agent(self, hostname: str, low: int) -> Process:
         name = "gpu" if hostname == GPU_HOST else hostname  # the one-host stack's names
         return sim_agent(self.port, self._token_file(hostname), hostname,
-                         self.workdir / f"{name}-spool", gpus=self.replicas,
+                         self.workdir / f"{name}-spool", gpus=self.gpus_per_host,
                          interval=self.interval_s,
                          extra=("--supervise", "--port-range", f"{low}-{low + 19}",
                                 "--advertise-address", "127.0.0.1"),
@@ -208,6 +213,23 @@ class SimServiceStack:
         """Through the HTTP API, once both agents have reported; then wait until every
         replica is ready and listed by the router. ``fields``: more of the service's fields,
         or other values of these."""
+        self.service = self._post_service(name, self.router_port,
+                                          {"replicas": self.replicas, **fields})
+        wait_until(self.serving, START_S, self.explain, every=0.5)
+        return self.service
+
+    def add_service(self, name: str, replicas: int, **fields: Any) -> tuple[Service, int]:
+        """Another service beside the first, of ``replicas`` replicas behind a vllm-router of
+        its own on the same router host (its agent runs one per service): the service and its
+        router's port, once every replica is ready and listed there."""
+        port = free_port()
+        service = self._post_service(name, port, {"replicas": replicas, **fields})
+        wait_until(lambda: self._serving(service, replicas, port), START_S, self.explain,
+                   every=0.5)
+        return service, port
+
+    def _post_service(self, name: str, router_port: int, fields: dict[str, Any]) -> Service:
+        """Through the HTTP API, once both agents have reported."""
         router = wait_until(lambda: Host.objects.filter(
             hostname=ROUTER_HOST, inventory__roles__contains=["router"]).first(), START_S,
             self.explain)
@@ -215,31 +237,34 @@ class SimServiceStack:
                    .distinct().count() == len(self.gpu_hosts), START_S, self.explain)
         made = call("POST", f"{self.base}/api/v1/services/", {
             "name": name, "model": MODEL, "vllm_version": "0.33.0",
-            "args": {"max_num_seqs": 64}, "env": REPLICA_ENV, "replicas": self.replicas,
-            "router_host": router.pk, "router_port": self.router_port,
-            "drain_timeout_s": 5, "reason": "a stall, end to end", **fields},
-            token=self.api_token)
-        self.service = Service.objects.get(pk=made["id"])
-        wait_until(self.serving, START_S, self.explain, every=0.5)
-        return self.service
+            "args": {"max_num_seqs": 64}, "env": REPLICA_ENV, "router_host": router.pk,
+            "router_port": router_port, "drain_timeout_s": 5,
+            "reason": "a stall, end to end", **fields}, token=self.api_token)
+        return Service.objects.get(pk=made["id"])
 
     def serving(self) -> bool:
         """Every replica ready, in rotation and listed by the router."""
-        listed = self.router_workers()
-        urls = [self.url(d) for d in self.replica_rows() if d.state == "ready" and d.in_rotation]
-        return len(urls) == self.replicas and sorted(urls) == sorted(listed or [])
+        return self._serving(self.service, self.replicas, self.router_port)
 
-    def replica_rows(self) -> list[Deployment]:
-        return list(Deployment.objects.filter(service=self.service).select_related("host")
-                    .order_by("replica"))
+    def _serving(self, service: Service | None, replicas: int, router_port: int) -> bool:
+        listed = self.router_workers(router_port)
+        urls = [self.url(d) for d in self.replica_rows(service)
+                if d.state == "ready" and d.in_rotation]
+        return len(urls) == replicas and sorted(urls) == sorted(listed or [])
+
+    def replica_rows(self, service: Service | None = None) -> list[Deployment]:
+        """The replicas of ``service``, the first service by default."""
+        return list(Deployment.objects.filter(service=service or self.service)
+                    .select_related("host").order_by("replica"))
 
     def url(self, d: Deployment) -> str:
         return f"http://127.0.0.1:{d.port}"
 
-    def router_workers(self) -> list[str] | None:
-        """What the router's GET /workers lists; None while it does not answer."""
+    def router_workers(self, port: int | None = None) -> list[str] | None:
+        """What the router's GET /workers lists (the first service's router by default);
+        None while it does not answer."""
         try:
-            answer = call("GET", f"http://127.0.0.1:{self.router_port}/workers")
+            answer = call("GET", f"http://127.0.0.1:{port or self.router_port}/workers")
         except OSError:
             return None
         return [w["url"] if isinstance(w, dict) else w for w in answer.get("workers", [])]
