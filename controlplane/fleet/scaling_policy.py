@@ -63,6 +63,11 @@ HOLD_RANGE_S = (30, 600)
 WAITING_S = 60
 
 
+# The controller's tick (PITWALL_SERVICE_TICK_S, 2 s) and a margin: how early a cool-down
+# may end (``_cooling``).
+COOLDOWN_SLACK_S = 5
+
+
 @dataclass(frozen=True)
 class Minute:
     """One minute of the service's serving replicas, summed or averaged over them."""
@@ -262,11 +267,16 @@ def _gate(decision: Decision, policy: Policy, state: State, now: datetime) -> De
 
 
 def _cooling(last: datetime | None, cooldown_s: int, now: datetime, what: str) -> str | None:
+    """Why the cool-down still holds, or None. Decisions come once a minute, each on the
+    controller's first tick of the minute, so a step is 60 s after the one before give or take
+    a tick: a cool-down of a whole number of minutes is over COOLDOWN_SLACK_S early, or it
+    would hold a step for a minute more about every other time (measured: "the last scale-in
+    was 59 s ago (cool-down 60 s)")."""
     if last is None:
         return None
     left = cooldown_s - (now - last).total_seconds()
     return f"the last scale-{what} was {cooldown_s - left:.0f} s ago " \
-           f"(cool-down {cooldown_s} s)" if left > 0 else None
+           f"(cool-down {cooldown_s} s)" if left > COOLDOWN_SLACK_S else None
 
 
 def _num(value: float | None) -> str:

@@ -127,6 +127,18 @@ def test_a_scale_in_waits_out_both_cool_downs():
                   NOW).direction == Direction.IN
 
 
+def test_a_cool_down_of_a_minute_lets_the_next_minutes_decision_go_whatever_the_tick():
+    policy = Policy(min_replicas=1, max_replicas=4, in_cooldown_s=60, in_window_s=60)
+    window = minutes(1, running=0.2)
+    # the step before was decided on the previous minute's first tick, a second or two later
+    # in its minute than this one
+    for ago_s in (58.0, 59.5, 60.0):
+        d = decide(policy, 3, window, State(last_in=NOW - timedelta(seconds=ago_s)), NOW)
+        assert d.direction == Direction.IN, (ago_s, d.reason)
+    held = decide(policy, 3, window, State(last_in=NOW - timedelta(seconds=50)), NOW)
+    assert held.direction == Direction.HOLD
+
+
 def test_no_step_while_one_is_in_flight():
     d = decide(POLICY, 2, minutes(3, waiting=6.0), State(in_flight=True), NOW)
     assert d.direction == Direction.HOLD and "in flight" in d.reason
