@@ -14,7 +14,13 @@ from pathlib import Path
 from django.db import connection
 
 from controlplane.fleet import tasks
-from controlplane.fleet.models import Deployment, Rollout, Service, ServiceEvent
+from controlplane.fleet.models import (
+    Deployment,
+    Rollout,
+    ScaleDecision,
+    Service,
+    ServiceEvent,
+)
 from tests.support.live import Process, free_port, start_server
 from tests.tuning.loop import agent_token_file
 
@@ -58,9 +64,12 @@ def explain(agent: Process, name: str = "tiny"):
             "kind", "message")[:12]) if service else []
         rollouts = list(Rollout.objects.filter(service=service).values(
             "state", "phase", "detail")) if service else []
+        decisions = list(ScaleDecision.objects.filter(service=service).values_list(
+            "direction", "state", "reason")[:8]) if service else []
         router = service.router_status if service else {}
         return (f"{agent.output()[-4000:]}\nreplicas: {replicas}\nevents: {events}\n"
-                f"rollouts: {rollouts}\nrouter: {json.dumps(router)[:1500]}")
+                f"rollouts: {rollouts}\nscale decisions: {decisions}\n"
+                f"router: {json.dumps(router)[:1500]}")
     return text
 
 

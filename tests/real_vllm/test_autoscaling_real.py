@@ -1,4 +1,4 @@
-"""A service of the tiny model on real vLLM, scaled by Pitwall's autoscaler: under six
+"""A service of the tiny model on real vLLM, scaled by Pitwall's autoscaler: under eight
 streaming clients through the router its one replica (two sequences at a time) queues, and a
 second replica is added and serves; when the load falls to one client, the autoscaler takes a
 replica out of the router and removes it while that client goes on. Not one request fails at
@@ -25,7 +25,9 @@ from tests.support.polling import wait_until
 from tests.support.service_load import ServiceLoad
 
 pytestmark = pytest.mark.real_vllm
-# Two sequences at a time: six clients leave about four requests waiting on one replica.
+# Two sequences at a time: eight clients that send again at once leave about six requests
+# waiting on one replica. (Six clients pausing 0.2 s between requests of 16 tokens queued too
+# little on a warm engine: the tiny model answers one in about 0.1 s.)
 ARGS = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512, "block_size": 32,
         "max_num_seqs": 2}
 # The shortest windows (one whole minute each), no cool-down before a scale-out, a queue of
@@ -33,7 +35,7 @@ ARGS = {"enforce_eager": True, "dtype": "float32", "max_model_len": 512, "block_
 # running) as idle.
 SCALING = {"waiting_per_replica": 1, "out_window_s": 60, "in_window_s": 60,
            "out_cooldown_s": 0, "in_cooldown_s": 60, "idle_running_per_replica": 2}
-CLIENTS = 6
+CLIENTS, MAX_TOKENS = 8, 32
 # Deadlines only: a replica of vLLM's CPU build starts in 30-60 s on these 2 cores, and each
 # decision waits for a whole minute of evidence and the minute's turn.
 START_S, STEP_S = 600, 420
@@ -74,7 +76,7 @@ def test_demand_adds_a_real_replica_and_idle_removes_it_with_no_request_failed(
 
     url = f"http://127.0.0.1:{router_port}"
     busy = ServiceLoad(url, str(vllm_install.model), clients=CLIENTS, prompt_tokens=32,
-                       max_tokens=16).start()
+                       max_tokens=MAX_TOKENS, pause_s=0.0).start()
     try:
         out = wait_until(decided(service, Direction.OUT), START_S, why, every=2)
         serving_at = time.time()
