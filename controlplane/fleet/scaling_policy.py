@@ -23,7 +23,7 @@ window (``from_zero``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from statistics import fmean
 
@@ -61,6 +61,7 @@ HOLD_RANGE_S = (30, 600)
 # jitter), and its agent reports each growth within a second or two, at worst with its 30-s
 # heartbeat: a count that grew this recently is a request still waiting.
 WAITING_S = 60
+FROM_ZERO_RETRY_S = 15  # the longest a step from zero waits after the step before
 
 
 # The controller's tick (PITWALL_SERVICE_TICK_S, 2 s) and a margin: how early a cool-down
@@ -155,10 +156,14 @@ def from_zero(policy: Policy, replicas: int, waiting: Waiting | None, state: Sta
     if age_s > WAITING_S:
         return None
     held = Figure("router_tries_without_a_replica", WAITING_S, waiting.tries, 0.0, ">", True)
+    # Someone waits, and 0 -> 1 cannot flap: a failed try (the last replica's GPU not yet
+    # released, measured 2-4 s after it stopped) is tried again within seconds, not after the
+    # scale-out cool-down the held request would spend most of its hold on.
+    retrying = replace(policy, out_cooldown_s=min(policy.out_cooldown_s, FROM_ZERO_RETRY_S))
     return _gate(Decision(Direction.OUT, 0, 1,
                           f"requests wait in the router with no replica: its tries that found "
                           f"none grew by {waiting.tries} {max(age_s, 0.0):.0f} s ago", [held]),
-                 policy, state, now)
+                 retrying, state, now)
 
 
 def router_hold_s(min_replicas: object, scaling: object) -> int:

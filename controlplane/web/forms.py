@@ -488,7 +488,7 @@ class ServiceForm(DesiredConfigForm, forms.ModelForm):
             "max_replicas": "nor above this",
         }
         widgets = {"model": forms.TextInput(attrs={"size": 60}),
-                   "replicas": forms.NumberInput(attrs={"min": 1,
+                   "replicas": forms.NumberInput(attrs={"min": 0,
                                                         "max": services.MAX_REPLICAS})}
 
     def __init__(self, *args, **kwargs):

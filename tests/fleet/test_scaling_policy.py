@@ -186,12 +186,15 @@ def test_above_zero_the_router_says_nothing_the_replicas_do_not():
     assert from_zero(ZERO, 1, Waiting(NOW, 3), State(), NOW) is None
 
 
-def test_from_zero_waits_for_a_step_in_flight_and_a_failed_ones_cool_down():
+def test_from_zero_waits_for_a_step_in_flight_and_a_failed_one_only_briefly():
     waiting = Waiting(NOW, 3)
     in_flight = from_zero(ZERO, 0, waiting, State(in_flight=True), NOW)
     assert in_flight.direction == Direction.HOLD and "in flight" in in_flight.reason
-    failed = from_zero(ZERO, 0, waiting, State(last_out=NOW - timedelta(seconds=30)), NOW)
-    assert failed.direction == Direction.HOLD and "cool-down 180 s" in failed.reason
+    failed = from_zero(ZERO, 0, waiting, State(last_out=NOW - timedelta(seconds=5)), NOW)
+    assert failed.direction == Direction.HOLD and "cool-down 15 s" in failed.reason
+    # not the 180-s scale-out cool-down: a request is held meanwhile
+    again = from_zero(ZERO, 0, waiting, State(last_out=NOW - timedelta(seconds=30)), NOW)
+    assert (again.direction, again.replicas_after) == (Direction.OUT, 1)
     fast = Policy(min_replicas=0, max_replicas=2, out_cooldown_s=0)
     assert from_zero(fast, 0, waiting, State(last_out=NOW), NOW).direction == Direction.OUT
 
