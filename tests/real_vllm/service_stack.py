@@ -7,51 +7,39 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from django.db import connection
-
-from controlplane.fleet import tasks
 from controlplane.fleet.models import (
     Deployment,
+    Host,
     Rollout,
     ScaleDecision,
     Service,
     ServiceEvent,
 )
+from tests.real_vllm.engine import VERSION, Install, engine_vars
 from tests.support.live import Process, free_port, start_server
+from tests.support.polling import wait_until
+from tests.support.sim_service import Controller
 from tests.tuning.loop import agent_token_file
 
 TICK_S = 1.0
 
 
-class Controller:
-    """The controller's tick on a thread of its own, as beat would run it; errors are kept."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Controller:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(TICK_S):
-                try:
-                    tasks.service_controller()
-                except Exception as exc:  # noqa: BLE001 -- kept, and failed on by the test
-                    self.errors.append(repr(exc))
-        finally:
-            connection.close()
+def create_service(api, agent: Process, install: Install, tmp_path: Path, args: dict,
+                   **fields: Any) -> Service:
+    """The service "tiny" of the tiny model, its router on a free port of this host, created
+    through the API once the agent has registered the host as a router host."""
+    host = wait_until(lambda: Host.objects.filter(
+        hostname="cpu-host", inventory__roles__contains=["router"]).first(), 120, agent.output)
+    made = api.post("/api/v1/services/", {
+        "name": "tiny", "model": str(install.model), "vllm_version": VERSION, "args": args,
+        "env": engine_vars(tmp_path / "engine"), "router_host": host.pk,
+        "router_port": free_port(), **fields}, format="json")
+    assert made.status_code == 201, made.json()
+    return Service.objects.get(pk=made.json()["id"])
 
 
 def explain(agent: Process, name: str = "tiny"):
@@ -107,4 +95,4 @@ def start_stack(tmp_path: Path, vllm: str) -> tuple[Process, Process, Controller
                      "--router-command", str(Path(sys.executable).parent / "vllm-router"),
                      "--port-range", f"{base}-{base + 9}", "--interval", "1",
                      "--spool-dir", str(tmp_path / "spool")], log=tmp_path / "agent.log")
-    return server, agent, Controller().start()
+    return server, agent, Controller(TICK_S).start()

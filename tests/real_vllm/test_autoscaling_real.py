@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.fleet.models import Deployment, Host, ScaleDecision, ScaleState, Service
+from controlplane.fleet.models import Deployment, ScaleDecision, ScaleState, Service
 from controlplane.fleet.scaling_policy import Direction
-from tests.real_vllm.engine import VERSION, engine_vars
-from tests.real_vllm.service_stack import explain, listed_workers
-from tests.support.live import free_port
+from tests.real_vllm.service_stack import create_service, explain, listed_workers
 from tests.support.polling import wait_until
 from tests.support.service_load import ServiceLoad
 
@@ -59,18 +57,10 @@ def answered_by_each(load: ServiceLoad, service: Service, since: float) -> bool:
 def test_demand_adds_a_real_replica_and_idle_removes_it_with_no_request_failed(
         service_stack, vllm_install, tmp_path):
     api, agent, controller = service_stack
-    host = wait_until(lambda: Host.objects.filter(
-        hostname="cpu-host", inventory__roles__contains=["router"]).first(), 120,
-        agent.output)
-    router_port = free_port()
-    made = api.post("/api/v1/services/", {
-        "name": "tiny", "model": str(vllm_install.model), "vllm_version": VERSION,
-        "args": ARGS, "env": engine_vars(tmp_path / "engine"), "replicas": 1,
-        "router_host": host.pk, "router_port": router_port, "drain_timeout_s": 60,
-        "scaling_mode": "auto", "min_replicas": 1, "max_replicas": 2, "scaling": SCALING},
-        format="json")
-    assert made.status_code == 201, made.json()
-    service = Service.objects.get(pk=made.json()["id"])
+    service = create_service(api, agent, vllm_install, tmp_path, ARGS, replicas=1,
+                             drain_timeout_s=60, scaling_mode="auto", min_replicas=1,
+                             max_replicas=2, scaling=SCALING)
+    router_port = service.router_port
     why = explain(agent)
     wait_until(lambda: len(listed_workers(router_port)) == 1, START_S, why, every=2)
 

@@ -23,15 +23,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.fleet.models import (
     Deployment,
-    Host,
     Rollout,
     Service,
     ServiceEvent,
     ServiceEventKind,
 )
-from tests.real_vllm.engine import VERSION, engine_vars
-from tests.real_vllm.service_stack import explain, router_workers, serving
-from tests.support.live import Process, free_port
+from tests.real_vllm.service_stack import create_service, explain, router_workers, serving
+from tests.support.live import Process
 from tests.support.polling import wait_until
 from tests.support.service_load import ServiceLoad, ttft_p99
 
@@ -53,22 +51,13 @@ def engine_core(pid: int) -> psutil.Process:
 def test_a_change_rolls_through_real_replicas_without_a_failed_request_and_a_stalled_one_leaves(
         service_stack, vllm_install, tmp_path):
     api, agent, controller = service_stack
-    host = wait_until(lambda: Host.objects.filter(
-        hostname="cpu-host", inventory__roles__contains=["router"]).first(), 120,
-        agent.output)
-    router_port = free_port()
-    made = api.post("/api/v1/services/", {
-        "name": "tiny", "model": str(vllm_install.model), "vllm_version": VERSION,
-        "args": ARGS, "env": engine_vars(tmp_path / "engine"), "replicas": 2,
-        "router_host": host.pk, "router_port": router_port, "drain_timeout_s": 30},
-        format="json")
-    assert made.status_code == 201, made.json()
-    service = Service.objects.get(pk=made.json()["id"])
+    service = create_service(api, agent, vllm_install, tmp_path, ARGS, replicas=2,
+                             drain_timeout_s=30)
     wait_until(lambda: serving(Service.objects.get(pk=service.pk), 2, 1), 600,
                explain(agent), every=2)
 
-    load = ServiceLoad(f"http://127.0.0.1:{router_port}", str(vllm_install.model), clients=6,
-                       prompt_tokens=32, max_tokens=16).start()
+    load = ServiceLoad(f"http://127.0.0.1:{service.router_port}", str(vllm_install.model),
+                       clients=6, prompt_tokens=32, max_tokens=16).start()
     try:
         answered(load, time.time(), agent)
         changed_at = time.time()
