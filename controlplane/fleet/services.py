@@ -305,6 +305,11 @@ def _apply(service: Service, before: dict | None, changed: list[str], revision: 
             rollouts.start(service, revision, service.revision, author)
         if "replicas" in changed:
             scale(service, author)
+        if set(changed) & set(SCALING_FIELDS):
+            # Judged again at once on the last whole minute, not at the next minute's turn:
+            # switched from recommend to auto, the advice is taken on the next tick.
+            Service.objects.filter(pk=service.pk).update(scaling_minute=None)
+            service.scaling_minute = None
     routers = {service.router_host_id, (before or {}).get("router_host")}
     if before is None or set(changed) & {*ROUTER_FIELDS, "replicas"} or _hold_changed(
             before, service):

@@ -1,8 +1,9 @@
 """End to end: a service scaled on its demand, every process real (tests/support/sim_service.py:
 the ASGI server, two agents with simulated GPUs supervising the replicas, an agent running the
 real vllm-router, the controller's tick on a thread). Six clients queue on one replica that
-runs two sequences at a time: the autoscaler adds a replica on the other host, which joins the
-router and serves. The load falls to one client: the autoscaler takes a replica out of the
+runs two sequences at a time: in ``recommend`` mode the autoscaler only records that a replica
+should be added; switched to ``auto`` through the API, it adds one on the other host, which
+joins the router and serves. The load falls to one client: the autoscaler takes a replica out of the
 router, then removes it. No client request fails in either step."""
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from controlplane.fleet.models import Deployment, ScaleDecision, ScaleState
 from controlplane.fleet.scaling_policy import Direction
 from tests.support.live import server_env
 from tests.support.polling import wait_until
-from tests.support.sim_service import ROUTER, SimServiceStack
+from tests.support.sim_service import ROUTER, SimServiceStack, call
 
-pytestmark = [pytest.mark.slow(seconds=200),
+pytestmark = [pytest.mark.slow(seconds=260),
               pytest.mark.skipif(not ROUTER.exists(), reason="vllm-router is not installed")]
 # Windows of one minute (the shortest, whole minutes), no cool-down before a scale-out, and one
 # client's load (about one request running over two replicas) counted as idle.
@@ -33,15 +34,22 @@ def stack(empty_samples, tmp_path):
     running.stop()
 
 
-def decided(service, direction: str):
+def decided(service, direction: str, state: str = ScaleState.DONE):
     return lambda: ScaleDecision.objects.filter(
-        service=service, direction=direction, state=ScaleState.DONE).first()
+        service=service, direction=direction, state=state).first()
 
 
 def test_demand_adds_a_replica_and_idle_removes_one_with_no_request_failed(stack):
-    service = stack.create_service("scaled", args={"max_num_seqs": 2}, scaling_mode="auto",
-                                   min_replicas=1, max_replicas=2, scaling=SCALING)
+    service = stack.create_service("scaled", args={"max_num_seqs": 2},
+                                   scaling_mode="recommend", min_replicas=1, max_replicas=2,
+                                   scaling=SCALING)
     busy = stack.start_load(clients=6)
+    advice = wait_until(decided(service, Direction.OUT, ScaleState.RECOMMENDED), STEP_S,
+                        stack.explain, every=1)
+    assert (advice.replicas_before, advice.replicas_after) == (1, 2)
+    assert len(stack.replica_rows()) == 1 and advice.deployment_id is None  # only shown
+    call("PATCH", f"{stack.base}/api/v1/services/{service.pk}/",
+         {"scaling_mode": "auto", "reason": "take the advice"}, token=stack.api_token)
     out = wait_until(decided(service, Direction.OUT), STEP_S, stack.explain, every=1)
     assert (out.replicas_before, out.replicas_after) == (1, 2)
     assert {f["name"]: f["held"] for f in out.evidence}["waiting_per_replica"]
@@ -58,8 +66,9 @@ def test_demand_adds_a_replica_and_idle_removes_one_with_no_request_failed(stack
     time.sleep(3)  # requests sent after the removal, to the replica left
     quiet.stop()
 
-    print(f"\nautoscaling: out after {out.at.timestamp() - busy.sent[0].start:.0f} s of "
-          f"queue, serving {out.ready_s} s after the decision; in after "
+    print(f"\nautoscaling: recommended after {advice.at.timestamp() - busy.sent[0].start:.0f} s"
+          f" of queue, taken {out.at.timestamp() - advice.at.timestamp():.0f} s later in auto "
+          f"mode, serving {out.ready_s} s after the decision; in after "
           f"{inward.at.timestamp() - quiet_from:.0f} s of one client; "
           f"{len(busy.sent)} + {len(quiet.sent)} requests")
     assert busy.failed() == [] and quiet.failed() == [], [

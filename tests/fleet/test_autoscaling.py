@@ -140,6 +140,23 @@ def test_recommend_mode_records_the_decision_and_changes_nothing(empty_samples):
     assert len(replicas(service)) == 2
 
 
+def test_switched_to_auto_the_advice_is_taken_on_the_next_tick_not_the_next_minute(
+        empty_samples):
+    service, agents, clock = start(2, mode=ScalingMode.RECOMMEND)
+    load(service, clock, 6, **BUSY)
+    run(clock, agents, lambda: ScaleDecision.objects.filter(service=service).exists())
+    [advice] = decisions(service)
+    service.refresh_from_db()
+    service.scaling_mode = ScalingMode.AUTO
+    services.save(service, reason="take the advice")
+    agents.step(clock.now)
+    clock.tick(1)
+    taken = decisions(service)[-1]
+    assert (taken.mode, taken.direction, taken.replicas_after) == ("auto", Direction.OUT, 3)
+    assert taken.state in (ScaleState.IN_FLIGHT, ScaleState.DONE)
+    assert (taken.at - advice.at).total_seconds() < 60 and taken.at.minute == advice.at.minute
+
+
 def test_the_scale_out_cool_down_holds_the_next_step(empty_samples):
     service, agents, clock = start(1, max_replicas=3, scaling={"out_cooldown_s": 600})
     load(service, clock, 12, **BUSY)
