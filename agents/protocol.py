@@ -15,8 +15,10 @@ as per-interval rates, histograms as per-interval bucket deltas; a metric a devi
 support is absent, never 0.
 
 Protocol v2 carries the same batch column by column (``to_columns``; docs/protocol.md): the
-server decodes and checks it in C, a column at a time. Agents build v1 samples, spool them as
-v1 (any server replays them) and send v2 to servers that announce it (``PROTOCOLS_HEADER``).
+server decodes and checks it in C, a column at a time. Agents build v1 samples and turn each
+batch into v2 once, as the sender takes it: v2 is what they queue, spool and send. v1 is
+deprecated: an agent writes it only for a server that does not announce v2
+(``PROTOCOLS_HEADER``), converting back with ``from_columns``; the server still decodes it.
 """
 
 from __future__ import annotations
@@ -256,3 +258,47 @@ def _columns(rows: list[tuple[int, dict[str, Any]]], with_at: bool) -> dict[str,
     for key in keys:
         columns[key] = [row.get(key) for _, row in rows]
     return columns
+
+
+def is_columns(batch: dict[str, Any]) -> bool:
+    return batch.get("protocol") == COLUMNS_VERSION
+
+
+def as_columns(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch in protocol v2, converted once if it is a v1 batch."""
+    return batch if is_columns(batch) else to_columns(batch)
+
+
+def sample_count(batch: dict[str, Any]) -> int:
+    return len(batch.get("ts", ())) if is_columns(batch) else len(batch.get("samples", ()))
+
+
+def from_columns(batch: dict[str, Any]) -> dict[str, Any]:
+    """A v2 batch back as protocol v1, for a server that predates v2 (deprecated).
+
+    The inverse of ``to_columns``: a null cell is a key the row lacks, rows go to the sample
+    ``at`` names (host rows without ``at`` are the samples in order; other rows without it
+    belong to the only sample).
+    """
+    if not is_columns(batch):
+        return batch
+    samples: list[dict[str, Any]] = [{"ts": ts} for ts in batch.get("ts", ())]
+    for section, key, _id in COLUMN_SECTIONS:
+        columns = batch.get(section)
+        if not columns:
+            continue
+        names = [name for name in columns if name != "at"]
+        count = len(columns[names[0]]) if names else len(columns.get("at") or ())
+        at = columns.get("at") or (range(count) if key == "host" else [0] * count)
+        for row, index in enumerate(at):
+            values = {name: columns[name][row] for name in names
+                      if columns[name][row] is not None}
+            if key == "host":
+                samples[index]["host"] = values
+            else:
+                samples[index].setdefault(key, []).append(values)
+    out: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "agent": batch["agent"]}
+    if "host" in batch:
+        out["host"] = batch["host"]
+    out["samples"] = samples
+    return out

@@ -8,6 +8,10 @@ cannot be read back is set aside as ``.corrupt``. The spool is bounded by the by
 and by the disk: past the bound, or when a write finds the disk full, the oldest batches are
 evicted (the newest ones are kept) and counted in ``evictions.json``, and those counts travel to
 the server in ``agent.spool`` until it acknowledges them.
+
+Batches are spooled in protocol v2 (columns, docs/protocol.md), the form the sender sends, so a
+replay sends the files' bytes as they are. Files an older agent wrote in v1 are converted to v2
+as they are read back: an upgraded agent replays them with the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.collectors.base import Warn, WarnOnce, stderr_warn
+from agents.protocol import COLUMNS_VERSION, as_columns, is_columns, sample_count, to_columns
 
 Batch = dict[str, Any]
 
@@ -41,6 +46,8 @@ _ROOM_AGAIN_WRITES = 10
 # Replay groups: what one multi-batch request carries at most (uncompressed JSON bytes).
 REPLAY_MAX_BATCHES = 200
 REPLAY_MAX_BYTES = 4 * 1024 * 1024
+# How every v2 batch this agent spools begins (``to_columns`` writes "protocol" first).
+_V2_START = b'{"protocol":%d,' % COLUMNS_VERSION
 
 
 @dataclass(frozen=True)
@@ -52,9 +59,10 @@ class _Entry:
 
 @dataclass
 class Spooled:
-    """A batch on its way to the server. Read back from the spool it has ``name`` (what
-    ``Spool.remove`` takes) and ``raw``, its JSON as spooled: a replay sends that as it is and
-    parses it only to change it. A batch still in memory has neither, only ``parsed``."""
+    """A batch (protocol v2) on its way to the server. Read back from the spool it has
+    ``name`` (what ``Spool.remove`` takes) and ``raw``, its JSON as spooled: a replay sends
+    that as it is and parses it only to change it. A batch still in memory has neither, only
+    ``parsed``."""
 
     name: str | None
     raw: bytes | None = None  # None once changed: encoded again from ``parsed``
@@ -72,8 +80,25 @@ def encode(batch: Batch) -> bytes:
 
 
 def join_batches(raws: list[bytes]) -> bytes:
-    """A multi-batch request body (docs/protocol.md) from each batch's JSON, not parsed."""
-    return b'{"protocol":1,"batches":[' + b",".join(raws) + b"]}"
+    """A multi-batch v2 request body (docs/protocol.md) from each v2 batch's JSON, not
+    parsed."""
+    return b'{"protocol":%d,"batches":[' % COLUMNS_VERSION + b",".join(raws) + b"]}"
+
+
+def spooled_as_columns(raw: bytes) -> bytes:
+    """A spooled batch's JSON in protocol v2: as it is, or converted from the v1 an agent
+    before this one spooled (a ValueError if it is no batch of either protocol)."""
+    if raw.startswith(_V2_START):
+        return raw
+    batch = json.loads(raw)
+    if not isinstance(batch, dict):
+        raise ValueError("not a JSON object")
+    if is_columns(batch):
+        return raw
+    try:
+        return encode(to_columns(batch))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a v1 batch: {exc!r}") from None
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -177,10 +202,11 @@ class Spool:
             return self._bytes
 
     def append(self, batch: Batch) -> None:
-        """Add a batch behind the others, evicting the oldest ones past the bound."""
-        samples = len(batch.get("samples", ()))
+        """Add a batch (either protocol; it is written as v2) behind the others, evicting the
+        oldest ones past the bound."""
+        samples = sample_count(batch)
         try:
-            data = gzip.compress(encode(batch), compresslevel=6, mtime=0)
+            data = gzip.compress(encode(as_columns(batch)), compresslevel=6, mtime=0)
         except (TypeError, ValueError) as exc:  # a collector put something JSON cannot hold
             self._warn(f"spool: a batch cannot be encoded as JSON ({exc}); counted as evicted")
             with self._lock:
@@ -283,7 +309,7 @@ class Spool:
             # a dict. The braces are checked so a file put here by other means is refused.
             if raw[:1] != b"{" or raw.rstrip()[-1:] != b"}":
                 raise ValueError("not a JSON object")
-            return raw
+            return spooled_as_columns(raw)
         except FileNotFoundError:  # evicted meanwhile, or deleted by hand: forget it
             with self._lock:
                 self._forget({entry.name})

@@ -34,7 +34,8 @@ from agents.protocol import (
     INGEST_PATH,
     PROTOCOL_VERSION,
     PROTOCOLS_HEADER,
-    to_columns,
+    as_columns,
+    from_columns,
 )
 from agents.spool import REPLAY_MAX_BATCHES, Batch, Spool, Spooled, encode, join_batches
 
@@ -100,9 +101,10 @@ def connect(url: SplitResult, timeout: float) -> http.client.HTTPConnection:
 class IngestClient:
     """One persistent connection to the server.
 
-    Live batches go out as protocol v2 (columns, cheaper for the server to check) once the
-    server's replies announce it (``Pitwall-Protocols: 1, 2``), as v1 until then and to a
-    server that does not; spooled batches are replayed as they were spooled (v1).
+    Batches go out as protocol v2 (columns, cheaper for the server to check), spooled ones
+    as the bytes read from disk, once the server's replies announce it
+    (``Pitwall-Protocols: 1, 2``). Until then, and to a server that does not, they are
+    converted back to the deprecated v1 (``from_columns``).
     """
 
     def __init__(self, server: str, token: str, timeout: float = 10.0) -> None:
@@ -126,9 +128,10 @@ class IngestClient:
         return self._conn
 
     def post(self, payload: Batch | bytes) -> Reply:
-        """``payload``: a batch, or a replay body already encoded as JSON. Replays are large
-        and CPU-bound, so they are compressed fast; one live batch is compressed harder."""
-        columns = self.protocol == COLUMNS_VERSION and not isinstance(payload, bytes)
+        """``payload``: a batch (either protocol), or a v2 replay body already encoded as JSON.
+        Replays are large and CPU-bound, so they are compressed fast; one live batch is
+        compressed harder."""
+        columns = self.protocol == COLUMNS_VERSION
         reply = self._post(payload, columns)
         if columns and reply.status == 400 and reply.body.get("field") == "protocol":
             # A server that no longer speaks v2 (rolled back): v1 from now on, this batch too.
@@ -138,10 +141,11 @@ class IngestClient:
 
     def _post(self, payload: Batch | bytes, columns: bool) -> Reply:
         if isinstance(payload, bytes):
-            body = gzip.compress(payload, compresslevel=1, mtime=0)
+            body = gzip.compress(payload if columns else _as_rows_json(payload),
+                                 compresslevel=1, mtime=0)
         else:
-            body = gzip.compress(encode(to_columns(payload) if columns else payload),
-                                 compresslevel=5, mtime=0)
+            batch = as_columns(payload) if columns else from_columns(payload)
+            body = gzip.compress(encode(batch), compresslevel=5, mtime=0)
         reused = self._conn is not None
         try:
             try:
@@ -268,6 +272,9 @@ class Shipper:
         self.config_version: int | None = None
 
     def submit(self, batch: Batch) -> None:
+        """Queue a batch; it is turned into protocol v2 here, once, and stays v2 in memory, on
+        disk and on the wire."""
+        batch = as_columns(batch)
         with self._lock:
             # Once anything is on disk, newer batches queue behind it there: order holds.
             if len(self.spool) or len(self._memq) >= self._memory_limit:
@@ -443,6 +450,15 @@ class Shipper:
             gone = {id(item.batch) for item in items if item.name is None}
             if gone:
                 self._memq = deque(b for b in self._memq if id(b) not in gone)
+
+
+def _as_rows_json(raw: bytes) -> bytes:
+    """A v2 request body (one batch or ``batches``) as v1, for a server that predates v2."""
+    body = json.loads(raw)
+    if "batches" in body:
+        return encode({"protocol": PROTOCOL_VERSION,
+                       "batches": [from_columns(b) for b in body["batches"]]})
+    return encode(from_columns(body))
 
 
 def _http_date(value: str | None) -> float | None:

@@ -83,9 +83,14 @@ class FakeIngest:
             return None
         batches = body.get("batches", [body])
         for i, batch in enumerate(batches):
+            prefix = f"batches[{i}]." if "batches" in body else ""
+            if batch.get("protocol") == 2:  # a v2 request's batches are v2 too
+                for j, ts in enumerate(batch.get("ts", ())):
+                    if ts > self.now() + self.max_skew:
+                        return f"{prefix}ts[{j}]"
+                continue
             for j, sample in enumerate(batch.get("samples", ())):
                 if sample["ts"] > self.now() + self.max_skew:
-                    prefix = f"batches[{i}]." if "batches" in body else ""
                     return f"{prefix}samples[{j}].ts"
         return None
 

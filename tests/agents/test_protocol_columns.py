@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.protocol import to_columns
+from agents.protocol import from_columns, to_columns
 
 
 def _batch(samples: list[dict], **extra) -> dict:
@@ -37,3 +37,14 @@ def test_several_samples_carry_each_rows_sample_index_and_null_for_a_missing_key
 def test_a_batch_without_samples_keeps_only_its_header():
     assert to_columns(_batch([])) == {"protocol": 2, "agent": {"version": "t", "boot_id": "b",
                                                                "seq": 3}, "ts": []}
+
+
+def test_from_columns_gives_back_the_v1_batch_for_a_server_that_predates_2():
+    samples = [{"ts": 10.0, "gpus": [{"uuid": "G0", "util_pct": 1.0}]},
+               {"ts": 11.0, "host": {"load1": 0.5},
+                "gpus": [{"uuid": "G0", "temp_c": 50.0}, {"uuid": "G1", "util_pct": 2.0}],
+                "engines": [{"name": "e", "up": 1}]}]
+    one = [{"ts": 12.0, "host": {"load1": 0.1}, "processes": [{"pid": 7, "threads": 3}]}]
+
+    for batch in (_batch(samples, host={"hostname": "h"}), _batch(one), _batch([])):
+        assert from_columns(to_columns(batch)) == batch

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from agents.protocol import to_columns
 from agents.spool import Spool
 
 
@@ -81,12 +82,14 @@ def test_eviction_counts_survive_a_restart_until_acknowledged(tmp_path):
     assert Spool(tmp_path, max_bytes=1).evictions() == (1, 3)
 
 
-def test_it_writes_whole_gzip_files_and_leaves_no_temporary_file(tmp_path):
+def test_it_writes_whole_gzip_files_of_protocol_2_and_leaves_no_temporary_file(tmp_path):
     spool = Spool(tmp_path, max_bytes=10**9)
     spool.append(batch(1, samples=2))
 
     [name] = batch_files(tmp_path)
-    assert json.loads(gzip.decompress((tmp_path / name).read_bytes())) == batch(1, samples=2)
+    assert name.endswith("-2.json.gz")  # the samples, counted from the v2 batch's ts
+    assert json.loads(gzip.decompress((tmp_path / name).read_bytes())) == \
+        to_columns(batch(1, samples=2))
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
 
 

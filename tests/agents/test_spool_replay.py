@@ -1,5 +1,7 @@
-"""A replay sends spooled batches as they were read from disk, joined into one body, and
-parses a batch only to change it (the inventory after a 409, the eviction report)."""
+"""A replay sends spooled batches (protocol v2) as they were read from disk, joined into one
+body, and parses a batch only to change it (the inventory after a 409, the eviction report).
+A server that does not announce v2 gets them converted back to v1; files an agent before this
+one spooled in v1 replay with the rest."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ import copy
 import gzip
 import json
 
-from agents.spool import join_batches
+from agents.protocol import to_columns
+from agents.spool import join_batches, write_atomic
 from tests.agents.harness import Harness
 
 
@@ -40,9 +43,10 @@ def test_joined_batches_decode_to_the_protocols_multi_batch_object(tmp_path):
     sent = spooled(h, 2)
     raws = [s.raw for s in h.spool.peek()]
 
-    assert json.loads(join_batches(raws)) == {"protocol": 1, "batches": sent}
+    columns = [to_columns(b) for b in sent]
+    assert json.loads(join_batches(raws)) == {"protocol": 2, "batches": columns}
     assert json.loads(gzip.decompress(gzip.compress(join_batches(raws)))) == \
-        {"protocol": 1, "batches": sent}
+        {"protocol": 2, "batches": columns}
 
 
 def test_a_409_in_a_replay_gives_only_the_named_batch_the_inventory(fake_ingest, tmp_path):
@@ -71,3 +75,33 @@ def test_the_eviction_report_rides_on_the_newest_replayed_batch_only(fake_ingest
     assert evicted[0] >= 1
     assert request.batches == [*sent[evicted[0]:],
                                {**newest, "agent": {**newest["agent"], "spool": report}}]
+
+
+def test_a_server_that_speaks_2_gets_the_spooled_bytes_as_they_are(fake_ingest, tmp_path):
+    fake_ingest.protocols = "1, 2"
+    h = Harness(fake_ingest.url, tmp_path)
+    h.shipper.client.protocol = 2
+    sent = spooled(h, 3)
+    raws = [s.raw for s in h.spool.peek()]
+    h.drain()
+
+    [request] = fake_ingest.requests
+    assert request.body == json.loads(join_batches(raws))
+    assert request.body == {"protocol": 2, "batches": [to_columns(b) for b in sent]}
+
+
+def test_v1_files_an_older_agent_spooled_replay_after_the_upgrade(fake_ingest, tmp_path):
+    """The files as an agent before this one wrote them: v1 JSON, gzip, the same names."""
+    fake_ingest.protocols = "1, 2"
+    old = [batch(seq) for seq in (1, 2)]
+    for i, b in enumerate(old):
+        data = json.dumps(b, separators=(",", ":"), ensure_ascii=False).encode()
+        write_atomic(tmp_path / f"{i:016d}-2.json.gz", gzip.compress(data))
+    h = Harness(fake_ingest.url, tmp_path)
+    h.shipper.client.protocol = 2
+    h.spool.append(batch(3))  # spooled by the upgraded agent, behind the old files
+    h.drain()
+
+    [request] = fake_ingest.requests
+    assert request.body == {"protocol": 2, "batches": [to_columns(b) for b in [*old, batch(3)]]}
+    assert len(h.spool) == 0

@@ -347,7 +347,7 @@ def test_a_protocol_2_batch_refused_for_its_protocol_is_resent_as_protocol_1(fak
     assert fake_ingest.requests[-1].body == batch(2) and client.protocol == 1
 
 
-def test_a_spool_replay_travels_as_spooled_v1_to_a_server_that_speaks_2(fake_ingest, tmp_path):
+def test_a_spool_replay_travels_as_spooled_v2_to_a_server_that_speaks_2(fake_ingest, tmp_path):
     fake_ingest.protocols = "1, 2"
     h = Harness(fake_ingest.url, tmp_path)
     h.shipper.client.protocol = 2
@@ -357,4 +357,5 @@ def test_a_spool_replay_travels_as_spooled_v1_to_a_server_that_speaks_2(fake_ing
     h.shipper.step()
 
     [request] = fake_ingest.requests
-    assert request.body["protocol"] == 1 and request.seqs == [1, 2, 3]
+    assert request.body["protocol"] == 2 and request.seqs == [1, 2, 3]
+    assert request.batches == [to_columns(batch(seq)) for seq in (1, 2, 3)]
