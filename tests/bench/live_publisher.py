@@ -38,7 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def work_items(n: int, gpus: int) -> list:
     """n committed batches of n hosts (ids 1..n), rows built by the real ingest code."""
     from controlplane.telemetry.ingest.registry import HostState
-    from controlplane.telemetry.ingest.rows import build_rows
+    from controlplane.telemetry.ingest.rows import build_tables
     from controlplane.telemetry.ingest.validate import parse_request
     from controlplane.telemetry.ingest.writer import Work
     from tests.bench import loadgen
@@ -55,7 +55,7 @@ def work_items(n: int, gpus: int) -> list:
                                               for i in range(gpus)},
                           {"vllm:8000/0": host_id})
         items.append(Work(host_id=host_id, boot_id=batch.boot_id, seq=1, agent_version="b",
-                          rows=build_rows(state, batch, layouts), days=set()))
+                          tables=build_tables(state, batch, layouts), days=set()))
     return items, layouts
 
 

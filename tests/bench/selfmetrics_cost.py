@@ -48,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def real_rows():
     """The rows ingest builds of one bench agent's batch (8 GPUs, an engine, 2 processes)."""
     from controlplane.telemetry.ingest.registry import HostState
-    from controlplane.telemetry.ingest.rows import build_rows
+    from controlplane.telemetry.ingest.rows import build_tables
     from controlplane.telemetry.ingest.validate import parse_request
 
     body = {"protocol": 1, "agent": {"version": "bench", "boot_id": "0" * 8 + "-0000-4000-8000-"
@@ -56,18 +56,20 @@ def real_rows():
             "samples": [loadgen.sample_template("h", 8) | {"ts": time.time()}]}
     batch = parse_request(body).batches[0]
     state = HostState(1, "h", "", {f"GPU-h-{i}": i + 1 for i in range(8)}, {"vllm:8000/0": 1})
-    return build_rows(state, batch, {tuple(loadgen.TTFT_LE): 1})
+    return build_tables(state, batch, {tuple(loadgen.TTFT_LE): 1})
 
 
 def instrumentation_us_per_batch(calls: int) -> float:
     """CPU-µs of the metric updates one batch causes: its request's and 1/FLUSH_EVERY of a
     flush's, in multiprocess mode (the caller set PROMETHEUS_MULTIPROC_DIR)."""
     from controlplane.telemetry.ingest import metrics
-    from controlplane.telemetry.ingest.binary import transpose
+    from controlplane.telemetry.ingest.binary import null_counts
     from controlplane.telemetry.ingest.copy import present_values
+    from controlplane.telemetry.ingest.tables import concat
 
-    # A flush's rows per table, transposed as copy_rows has them for COPY anyway.
-    flush = {table: transpose(rows * FLUSH_EVERY) for table, rows in real_rows().items()}
+    # A flush's columns per table and their NULLs, as copy_table counts them for COPY anyway.
+    flush = {name: concat([table] * FLUSH_EVERY) for name, table in real_rows().items()}
+    nulls = {name: null_counts(table.columns, table.length) for name, table in flush.items()}
     started = time.process_time()
     for i in range(calls):
         metrics.QUEUE.set(i % FLUSH_EVERY)  # Writer.submit
@@ -75,9 +77,9 @@ def instrumentation_us_per_batch(calls: int) -> float:
         if i % FLUSH_EVERY == 0:  # the flush these batches share
             metrics.QUEUE.set(0)
             metrics.FLUSH_SECONDS.observe(0.02)
-            metrics.count_stored({table: (len(columns.values[0]),
-                                          present_values(table, columns))
-                                  for table, columns in flush.items()})
+            metrics.count_stored({name: (table.length,
+                                         present_values(name, nulls[name], table.length))
+                                  for name, table in flush.items()})
     return (time.process_time() - started) / calls * 1e6
 
 

@@ -73,7 +73,7 @@ def test_the_writer_never_creates_a_partition_outside_the_retained_range(ingest,
     before = raw_partitions()
     old_day = partitions.day_of(86400.0 * 12)
     stray = Work(host_id=host_id, boot_id=batch()["agent"]["boot_id"], seq=1,
-                 agent_version="t", rows={}, days={old_day})
+                 agent_version="t", tables={}, days={old_day})
 
     async def submit():
         return await ingest.app.writer.submit([stray])

@@ -43,7 +43,7 @@ class HeldWriter(Writer):
 
 
 def _work() -> Work:
-    return Work(host_id=1, boot_id=uuid.uuid4(), seq=1, agent_version="", rows={}, days=set())
+    return Work(host_id=1, boot_id=uuid.uuid4(), seq=1, agent_version="", tables={}, days=set())
 
 
 async def _a_batch_during_a_slow_flush() -> list[int]:

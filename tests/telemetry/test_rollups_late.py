@@ -10,6 +10,7 @@ import pytest
 
 from controlplane.fleet.models import Host
 from controlplane.telemetry import rollups
+from controlplane.telemetry.ingest.tables import WIDTH, TableColumns
 from controlplane.telemetry.models import RollupDirty
 from controlplane.telemetry.rollups.late import late_minutes
 from tests.telemetry.factories import batch, sample
@@ -43,8 +44,10 @@ def test_ingest_marks_nothing_for_live_samples(ingest, host_token):
 
 def test_a_sample_is_late_once_its_minute_ended_half_the_settle_time_ago(settings):
     settings.PITWALL = {**settings.PITWALL, "ROLLUP_SETTLE_S": 30}
-    rows = {"telemetry_gpu_sample": [(1, 1000 * 60 - 0.5), (1, 1000 * 60 + 1)]}
-    item = SimpleNamespace(host_id=3, rows=rows)
+    gpu = "telemetry_gpu_sample"
+    values = (None,) * (WIDTH[gpu] - 2)  # every value NULL: only the times matter
+    table = TableColumns(gpu, 2, ([1, 1], [1000 * 60 - 0.5, 1000 * 60 + 1], *values))
+    item = SimpleNamespace(host_id=3, tables={gpu: table})
     # The minute starting at 999 * 60 ended at 1000 * 60: late from 15 s after that.
     assert late_minutes([item], now=1000 * 60 + 14.9) == []
     assert late_minutes([item], now=1000 * 60 + 15) == [(3, 999 * 60)]

@@ -1,7 +1,8 @@
 """``POST /api/v1/ingest`` as a bare ASGI app, outside Django's request cycle (see asgi.py).
 
-Per request: size limit, gzip, JSON (orjson), token -> host, validation against the catalog,
-inventory, rows, then the shared writer; the reply comes only after the rows are committed.
+Per request: size limit, gzip, JSON (msgspec for protocol v2; orjson for the deprecated v1),
+token -> host, validation against the catalog, inventory, the batch's columns per table
+(tables.py), then the shared writer; the reply comes only after the rows are committed.
 
 Load shedding: a request that arrives while the writer holds more than INGEST_MAX_QUEUED_ROWS
 rows, while INGEST_MAX_REQUESTS_IN_FLIGHT requests are being handled, or while the writer is
@@ -37,7 +38,7 @@ from controlplane.telemetry.ingest.copy import dsn_from_settings
 from controlplane.telemetry.ingest.credentials import TokenRefused
 from controlplane.telemetry.ingest.errors import BadRequest
 from controlplane.telemetry.ingest.registry import Registry
-from controlplane.telemetry.ingest.rows import LayoutCache, build_rows, engines_seen
+from controlplane.telemetry.ingest.rows import LayoutCache, build_tables, engines_seen
 from controlplane.telemetry.ingest.validate import Batch, parse_request
 from controlplane.telemetry.ingest.writer import (
     StorageUnavailable,
@@ -261,7 +262,7 @@ class IngestApp:
         return Work(
             host_id=host_id, boot_id=batch.boot_id, seq=batch.seq,
             agent_version=batch.agent_version,
-            rows=build_rows(state, batch, self.layouts.ids),
+            tables=build_tables(state, batch, self.layouts.ids),
             days={partitions.day_of(ts) for ts in batch.timestamps()},
             evicted_batches=batch.evicted_batches, evicted_samples=batch.evicted_samples,
             touch_host=touch_host, touch_engines=tuple(touch_engines), token_id=token_id)

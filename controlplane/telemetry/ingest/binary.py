@@ -3,10 +3,10 @@
 psycopg's ``write_row`` looks up a dumper and packs every value in Python: with 12 rows and
 ~150 values per agent batch that was the largest single cost of the ingest server (py-spy:
 ~16 % of its samples). Every row of one table has the same fixed-width layout once
-it is known which columns are NULL and how long each array is, so a flush's rows are grouped by
-that shape (nearly always one group) and each group becomes one numpy structured array: the
-field lengths are constants, the values are assigned column by column in C, and ``tobytes``
-is the COPY data.
+it is known which columns are NULL and how long each array is, so a flush's columns (as the
+decoder gave them, tables.py) become one numpy structured array when every row shares that
+shape (nearly always), else the rows are cut into runs of one shape: the field lengths are
+constants, the values are assigned column by column in C, and ``tobytes`` is the COPY data.
 
 Format (PostgreSQL docs, "COPY ... BINARY"): a header, then per row an int16 field count and
 per field an int32 byte length (-1 for NULL) followed by the value in network byte order; an
@@ -16,7 +16,8 @@ as length + value.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -30,37 +31,41 @@ SCALARS = {"int2": ">i2", "int4": ">i4", "int8": ">i8", "float4": ">f4", "float8
 ARRAYS = {"int2[]": (">i2", 21), "int4[]": (">i4", 23), "float4[]": (">f4", 700)}
 
 NULL = -1  # a column's shape in a group: NULL, a scalar (0), or an array's length + 1
+Column = Sequence | None  # one value per row, or None: NULL in every row
 
 
-class Transposed(NamedTuple):
-    """Rows transposed, and the NULLs of each column (COPY's encoder and /metrics' count of
-    stored values both need them: counted once)."""
-
-    values: list[tuple]
-    nulls: list[int]
+def null_counts(columns: Sequence[Column], length: int) -> list[int]:
+    """The NULL cells of each column (COPY's encoder and /metrics' count of stored values both
+    need them: counted once)."""
+    return [length if c is None else c.count(None) for c in columns]
 
 
-def transpose(rows: list[tuple]) -> Transposed:
-    columns = list(zip(*rows, strict=True))
-    return Transposed(columns, [c.count(None) for c in columns])
+def encode(types: list[str], rows: list[tuple]) -> bytes:
+    """The COPY data of row tuples (header and trailer included)."""
+    columns = list(zip(*rows, strict=True)) if rows else [None] * len(types)
+    return encode_columns(types, columns, len(rows))
 
 
-def encode(types: list[str], rows: list[tuple], columns: Transposed | None = None) -> bytes:
-    """The COPY data (header and trailer included) of ``rows``, whose columns have ``types``;
-    ``columns``: ``transpose(rows)``, when the caller has it already."""
-    if not rows:
+def encode_columns(types: list[str], columns: Sequence[Column], length: int,
+                   nulls: list[int] | None = None) -> bytes:
+    """The COPY data (header and trailer included) of ``length`` rows given as ``columns`` of
+    ``types`` (a None column: NULL in every row); ``nulls``: ``null_counts``, when the caller
+    has them already."""
+    if not length:
         return HEADER + TRAILER
-    columns = columns or transpose(rows)
-    shapes = [_shape(t, c, n) for t, c, n in zip(types, *columns, strict=True)]
+    nulls = nulls or null_counts(columns, length)
+    shapes = [_shape(t, c, n, length) for t, c, n in zip(types, columns, nulls, strict=True)]
     if None not in shapes:
-        return HEADER + _encode_group(types, columns.values, tuple(shapes)) + TRAILER
-    return HEADER + b"".join(_encode_group(types, list(zip(*run, strict=True)), shape)
+        return HEADER + _encode_group(types, columns, tuple(shapes), length) + TRAILER
+    rows = list(zip(*(repeat(None, length) if c is None else c for c in columns),
+                    strict=False))
+    return HEADER + b"".join(_encode_group(types, list(zip(*run, strict=True)), shape, len(run))
                              for shape, run in _runs(types, rows)) + TRAILER
 
 
-def _shape(sql_type: str, column: tuple, nulls: int) -> int | None:
+def _shape(sql_type: str, column: Column, nulls: int, length: int) -> int | None:
     """The column's shape if every row shares it, else None (the rows must be grouped)."""
-    if nulls == len(column):
+    if column is None or nulls == length:
         return NULL
     if nulls:
         return None
@@ -113,9 +118,10 @@ def _dtype(types: list[str], shape: tuple[int, ...]) -> np.dtype:
     return dtype
 
 
-def _encode_group(types: list[str], columns: list[tuple], shape: tuple[int, ...]) -> bytes:
+def _encode_group(types: list[str], columns: Sequence[Column], shape: tuple[int, ...],
+                  length: int) -> bytes:
     dtype = _dtype(types, shape)
-    out = np.empty(len(columns[0]), dtype=dtype)
+    out = np.empty(length, dtype=dtype)
     out["n"] = len(types)
     with np.errstate(over="ignore", invalid="ignore"):  # a huge float4 is stored as inf
         for i, (sql_type, size, column) in enumerate(zip(types, shape, columns, strict=True)):

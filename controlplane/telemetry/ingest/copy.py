@@ -2,9 +2,9 @@
 
 Agents send ``ts`` as float unix seconds. Turning each into a ``datetime`` only for psycopg to
 turn it back into microseconds would cost more than the rest of the row, so floats go straight
-into PostgreSQL's binary timestamptz (microseconds since 2000-01-01). The ingest writer's rows
-are encoded a column at a time (binary.py) and written as one buffer per table; the dumpers
-below serve row-at-a-time writers (tests/bench/pk_order.py).
+into PostgreSQL's binary timestamptz (microseconds since 2000-01-01). The ingest writer's
+tables arrive as columns (tables.py), are encoded a column at a time (binary.py) and written as
+one buffer per table; the dumpers below serve row-at-a-time writers (tests/bench/pk_order.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 from controlplane.telemetry.ingest import binary
+from controlplane.telemetry.ingest.tables import TableColumns
 from controlplane.telemetry.schema import TABLES
 
 PG_EPOCH = 946684800.0  # 2000-01-01T00:00:00Z in unix seconds
@@ -111,14 +112,15 @@ async def make_copy_connection(dsn: str, connect_timeout: int = 10) -> psycopg.A
     return conn
 
 
-async def copy_rows(conn, table: str, rows: list[tuple], conflict_safe: bool = False) -> int:
-    """COPY rows into ``table``; with ``conflict_safe`` skip rows whose key already exists.
-    Returns the values the rows carry (their present value columns), which /metrics counts:
-    from the NULLs per column that the encoder counts anyway, where a loop over the rows
-    would cost about as much as the rest of the instrumentation (rows skipped as conflicts
-    are counted too: that path is rare)."""
-    columns = binary.transpose(rows)
-    values = present_values(table, columns)
+async def copy_table(conn, rows: TableColumns, conflict_safe: bool = False) -> int:
+    """COPY a table's rows, given as columns, into it; with ``conflict_safe`` skip rows whose
+    key already exists. Returns the values the rows carry (their present value columns), which
+    /metrics counts: from the NULLs per column that the encoder counts anyway, where a loop
+    over the rows would cost about as much as the rest of the instrumentation (rows skipped as
+    conflicts are counted too: that path is rare)."""
+    table = rows.table
+    nulls = binary.null_counts(rows.columns, rows.length)
+    values = present_values(table, nulls, rows.length)
     target = table
     async with conn.cursor() as cur:
         if conflict_safe:
@@ -129,7 +131,8 @@ async def copy_rows(conn, table: str, rows: list[tuple], conflict_safe: bool = F
         async with cur.copy(
             f"COPY {target} ({_COLUMN_LISTS[table]}) FROM STDIN (FORMAT BINARY)"
         ) as copy:
-            await copy.write(binary.encode(_TYPES[table], rows, columns))
+            await copy.write(binary.encode_columns(_TYPES[table], rows.columns, rows.length,
+                                                   nulls))
         if conflict_safe:
             pk = ", ".join(_TABLES[table].primary_key)
             await cur.execute(
@@ -139,10 +142,11 @@ async def copy_rows(conn, table: str, rows: list[tuple], conflict_safe: bool = F
     return values
 
 
-def present_values(table: str, columns: binary.Transposed) -> int:
-    """The non-null cells of ``table``'s value columns (after its keys and ts)."""
+def present_values(table: str, nulls: list[int], length: int) -> int:
+    """The non-null cells of ``table``'s value columns (after its keys and ts), from the NULLs
+    of each column (``binary.null_counts``)."""
     width = _KEY_WIDTH[table]
-    return len(columns.values[0]) * (len(columns.nulls) - width) - sum(columns.nulls[width:])
+    return length * (len(nulls) - width) - sum(nulls[width:])
 
 
 def dsn_from_settings(db: dict) -> str:

@@ -1,5 +1,8 @@
-"""Validated samples -> row tuples in the column order of the sample tables (schema.py), and the
-histogram layouts they name (bounded per host)."""
+"""Validated batches -> their rows per sample table as columns (tables.py), in the column order
+of the tables (schema.py), and the histogram layouts they name (bounded per host).
+
+A v2 batch's columns are passed on as decoded (columns.tables_of); a v1 batch (deprecated) is
+walked into row tuples, then transposed."""
 
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ from django.conf import settings
 from django.db import transaction
 
 from controlplane.fleet.models import Host
-from controlplane.telemetry.ingest.columns import Columns, rows_of
+from controlplane.telemetry.ingest.columns import Columns, tables_of
 from controlplane.telemetry.ingest.credentials import check_token
 from controlplane.telemetry.ingest.errors import BadRequest, join
 from controlplane.telemetry.ingest.orm import orm
 from controlplane.telemetry.ingest.registry import HostState
+from controlplane.telemetry.ingest.tables import TableColumns, Tables
 from controlplane.telemetry.ingest.validate import Batch
 from controlplane.telemetry.models import HistogramLayout, HostHistogramLayout
 from controlplane.telemetry.schema import TABLES, SampleTable
@@ -140,9 +144,15 @@ def _register_layouts(host_id: int, wanted: list[tuple],
     return have
 
 
-def build_rows(state: HostState, batch: Batch | Columns, layouts: dict[tuple, int]) -> Rows:
+def build_tables(state: HostState, batch: Batch | Columns, layouts: dict[tuple, int]
+                 ) -> Tables:
     if isinstance(batch, Columns):
-        return rows_of(batch, state, layouts, COLUMN_PLAN)
+        return tables_of(batch, state, layouts, COLUMN_PLAN)
+    return {name: TableColumns.from_rows(name, rows)
+            for name, rows in _v1_rows(state, batch, layouts).items() if rows}
+
+
+def _v1_rows(state: HostState, batch: Batch, layouts: dict[tuple, int]) -> Rows:
     rows: Rows = {HOST.name: [], GPU.name: [], ENGINE.name: [], PROC.name: []}
     host_id, gpu_ids, engine_ids = state.host_id, state.gpu_ids, state.engine_ids
     for sample in batch.samples:

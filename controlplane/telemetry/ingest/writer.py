@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -42,10 +43,10 @@ from psycopg import errors as pg_errors
 
 from controlplane.telemetry import partitions
 from controlplane.telemetry.ingest import credentials, metrics
-from controlplane.telemetry.ingest.copy import copy_rows, make_copy_connection
+from controlplane.telemetry.ingest.copy import copy_table, make_copy_connection
 from controlplane.telemetry.ingest.credentials import TokenRefused
 from controlplane.telemetry.ingest.errors import BadRequest
-from controlplane.telemetry.ingest.rows import Rows
+from controlplane.telemetry.ingest.tables import TableColumns, Tables, concat
 from controlplane.telemetry.rollups import late
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class Work:
     boot_id: uuid.UUID
     seq: int
     agent_version: str
-    rows: Rows
+    tables: Tables  # its rows per table, column by column, as COPY encodes them
     days: set
     evicted_batches: int = 0
     evicted_samples: int = 0
@@ -77,7 +78,13 @@ class Work:
 
     @property
     def row_count(self) -> int:
-        return sum(len(r) for r in self.rows.values())
+        return sum(t.length for t in self.tables.values())
+
+    @functools.cached_property
+    def rows(self) -> dict[str, list[tuple]]:
+        """Row tuples per table, built on first use: for what is fed committed batches as
+        rows (the live publisher, while someone watches); the writer itself never asks."""
+        return {name: table.rows() for name, table in self.tables.items()}
 
 
 class OutsideWindow(BadRequest):
@@ -365,15 +372,16 @@ class Writer:
             new = await self._claim(conn, allowed) if allowed else []
             self._steps.append(time.monotonic())
             fresh = [w for w, is_new in zip(allowed, new, strict=True) if is_new]
-            tables: dict[str, list[tuple]] = {}
+            tables: dict[str, list[TableColumns]] = {}
             for item in fresh:
-                for table, rows in item.rows.items():
-                    tables.setdefault(table, []).extend(rows)
+                for name, table in item.tables.items():
+                    if table.length:
+                        tables.setdefault(name, []).append(table)
             self._stored = {}
-            for table, rows in tables.items():
-                if rows:
-                    values = await copy_rows(conn, table, rows, conflict_safe)
-                    self._stored[table] = (len(rows), values)
+            for name, parts in tables.items():
+                table = concat(parts)
+                values = await copy_table(conn, table, conflict_safe)
+                self._stored[name] = (table.length, values)
             self._steps.append(time.monotonic())
             await self._count_evictions(conn, fresh)
             await late.record(conn, fresh)  # rollups redo the minutes late samples reached

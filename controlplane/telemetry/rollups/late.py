@@ -18,16 +18,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from operator import itemgetter
 
 from django.conf import settings
 
 from controlplane.telemetry.packing.read import read_horizon
-from controlplane.telemetry.schema import TABLES
 
 MINUTE = 60
-# Position of ts in each table's rows: after the entity key columns.
-_TS = {t.name: itemgetter(len(t.keys)) for t in TABLES.values()}
 
 MARK_SQL = """
 INSERT INTO telemetry_rollupdirty (resolution, host_id, bucket)
@@ -47,13 +43,11 @@ def late_minutes(items: Iterable, now: float | None = None) -> list[tuple[int, f
     boundary = cutoff // MINUTE * MINUTE  # samples before it are in a minute that ended
     found: set[tuple[int, float]] = set()
     for item in items:
-        for table, rows in item.rows.items():
-            if not rows:
-                continue
-            ts = _TS[table]
-            if min(map(ts, rows)) < boundary:
+        for table in item.tables.values():
+            times = table.ts
+            if table.length and min(times) < boundary:
                 found.update((item.host_id, t // MINUTE * MINUTE)
-                             for t in map(ts, rows) if t < boundary)
+                             for t in times if t < boundary)
     return sorted(found)
 
 
