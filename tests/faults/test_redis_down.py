@@ -37,7 +37,7 @@ from tests.support.polling import wait_until
 from tests.telemetry.factories import batch
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
-DOWN_S = float(os.environ.get("PITWALL_FAULT_REDIS_DOWN_S", 120))
+DOWN_S = float(os.environ.get("PITWALL_FAULT_REDIS_DOWN_S", 90))
 EVERY_S = 5  # the checks during the outage: a probe post, a history read, the canary rule
 WAIT_S = 120  # only so that a broken build fails instead of hanging; never asserted on
 CANARY = "Redis-down canary: GPU above 20 °C"  # the simulated GPUs idle at 30 °C and up

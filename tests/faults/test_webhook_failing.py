@@ -36,7 +36,7 @@ from tests.support.polling import wait_until
 from tests.support.receivers import Receiver, serving
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
-FAIL_S = float(os.environ.get("PITWALL_FAULT_FAIL_S", 120))
+FAIL_S = float(os.environ.get("PITWALL_FAULT_FAIL_S", 60))
 SLOW_S = 10.0  # per request, once the receiver answers again
 SLOW_WINDOW_S = 60.0  # alerts keep firing this long into the slow phase
 FIRE_EVERY_S = 15.0
