@@ -120,6 +120,26 @@ DATABASES = {
 # was a minute away, and pages, API and ingest token lookups failed 40 s longer than
 # PostgreSQL did. Given up after 10 s, the slot is opened anew by the next request that waits
 # for one: tries stay a few seconds apart however long the outage.
+
+# Reads from a streaming standby (docs/standby.md): off unless PITWALL_STANDBY_DATABASE_URL is
+# set, and then GET and HEAD requests read there while it is at most STANDBY_MAX_LAG_S behind
+# (checked at most every STANDBY_CHECK_INTERVAL_S per process); writes, sign-in, tokens and
+# alert state stay on the primary, and so does everything outside a request (ingest, Celery,
+# the alert evaluator). "primary" is the primary again, under a name a request reading from
+# the standby (whose "default" is then the standby's connection) still reaches it by.
+STANDBY_DATABASE_URL = envstr("PITWALL_STANDBY_DATABASE_URL", "")
+STANDBY_MAX_LAG_S = envfloat("PITWALL_STANDBY_MAX_LAG_S", 5.0, minimum=0)
+STANDBY_CHECK_INTERVAL_S = envfloat("PITWALL_STANDBY_CHECK_INTERVAL_S", 1.0, minimum=0.1)
+if STANDBY_DATABASE_URL:
+    _STANDBY = database_from_url(STANDBY_DATABASE_URL, "PITWALL_STANDBY_DATABASE_URL")
+    DATABASES["standby"] = {
+        **DATABASES["default"], **_STANDBY, "ENGINE": DATABASES["default"]["ENGINE"],
+        "OPTIONS": {**_STANDBY["OPTIONS"], "pool": DATABASES["default"]["OPTIONS"]["pool"]},
+        "TEST": {"MIRROR": "default"}}
+    DATABASES["primary"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+    DATABASE_ROUTERS = ["controlplane.lib.standby.router.StandbyRouter"]
+    MIDDLEWARE.append("controlplane.lib.standby.middleware.ReadFromStandby")
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -1,0 +1,61 @@
+"""Runs GET and HEAD requests with reads from the standby, while it is current.
+
+A request that writes (POST, PUT, PATCH, DELETE) runs on the primary and pins its browser or
+client's reads to the primary for a while (a cookie), so the page it redirects to shows what
+it just wrote even if the standby has not replayed it yet. The admin and the health check
+always run on the primary. A GET that fails on a standby found down or behind right after
+runs again on the primary.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+from controlplane.lib.standby.metrics import READS
+from controlplane.lib.standby.router import reading_from_standby
+from controlplane.lib.standby.watch import watch
+
+log = logging.getLogger(__name__)
+
+READ_METHODS = frozenset({"GET", "HEAD"})
+PRIMARY_PATHS = ("/admin/", "/healthz")
+PIN_COOKIE = "pitwall_read_primary"
+
+
+def pin_seconds() -> int:
+    """Long enough for a write to reach a standby that is still in use (at most the lag limit
+    behind, measured once an interval)."""
+    return math.ceil(settings.STANDBY_MAX_LAG_S + settings.STANDBY_CHECK_INTERVAL_S)
+
+
+class ReadFromStandby:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method not in READ_METHODS:
+            response = self.get_response(request)
+            response.set_cookie(PIN_COOKIE, "1", max_age=pin_seconds(), httponly=True,
+                                samesite="Lax", secure=request.is_secure())
+            return response
+        if request.path.startswith(PRIMARY_PATHS):
+            return self.get_response(request)
+        if PIN_COOKIE in request.COOKIES or not watch().usable():
+            READS.labels("primary").inc()
+            return self.get_response(request)
+        READS.labels("standby").inc()
+        with reading_from_standby():
+            response = self.get_response(request)
+        if response.status_code >= 500 and not watch().usable(now=True):
+            # The standby went away during the request (Django turned the error into this
+            # answer): a GET may run again, on the primary.
+            log.warning("%s %s failed on the standby, which is down or behind: run again on "
+                        "the primary", request.method, request.path)
+            READS.labels("primary").inc()
+            return self.get_response(request)
+        return response
