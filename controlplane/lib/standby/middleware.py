@@ -2,9 +2,9 @@
 
 A request that writes (POST, PUT, PATCH, DELETE) runs on the primary and pins its browser or
 client's reads to the primary for a while (a cookie), so the page it redirects to shows what
-it just wrote even if the standby has not replayed it yet. The admin and the health check
-always run on the primary. A GET that fails on a standby found down or behind right after
-runs again on the primary.
+it just wrote even if the standby has not replayed it yet. The admin, the health check and
+the agents' own endpoints always run on the primary. A GET that fails on a standby found down
+or behind right after runs again on the primary.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from controlplane.lib.standby.watch import watch
 log = logging.getLogger(__name__)
 
 READ_METHODS = frozenset({"GET", "HEAD"})
-PRIMARY_PATHS = ("/admin/", "/healthz")
+# The admin edits what it shows; the health check is the primary's; an agent's config is read
+# right after ingest told it a new version exists, which a standby may not have replayed yet.
+PRIMARY_PATHS = ("/admin/", "/healthz", "/api/v1/agent/")
 PIN_COOKIE = "pitwall_read_primary"
 
 
