@@ -190,8 +190,8 @@ def every_tier_reaches_back():
             partitions.ensure(cursor, [first], tables, tier.period)
 
 
-def test_30_days_read_the_hourly_rollups_not_raw_rows(ingest, host_token,
-                                                      every_tier_reaches_back):
+def test_30_days_read_the_partial_day_from_the_hourly_rollups(ingest, host_token,
+                                                              every_tier_reaches_back):
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=3)
     post(ingest, host_token, Load(hour.timestamp(), SECONDS,
                                   [EngineLoad("vllm:8000/0", [0, 1], 600.0)]))
@@ -199,17 +199,48 @@ def test_30_days_read_the_hourly_rollups_not_raw_rows(ingest, host_token,
     rollups.run(now=hour + timedelta(hours=2))
     end = hour + timedelta(hours=2)
     before = only_engine(efficiency.report("30d", end=end))
-    with connection.cursor() as cursor:  # the raw rows go: only the rollups can answer now
-        for table in TABLES.values():
-            cursor.execute(f"TRUNCATE {table.name}")
+    truncate(TABLES.values())  # the raw rows go: only the rollups can answer now
     report = efficiency.report("30d", end=end)
-    assert report.resolution == "1h"
+    assert report.resolution == "1d"  # whole days; the day of the load is not whole yet
     assert any(s.resolution == "1h" and s.lo <= hour and s.hi >= hour + timedelta(hours=1)
                for s in report.stretches)
     f = only_engine(report).figures
     assert f == before.figures
+    assert_load_figures(f)
+
+
+def test_30_days_read_whole_days_from_the_daily_rollups(ingest, host_token,
+                                                         every_tier_reaches_back):
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=3)
+    post(ingest, host_token, Load(hour.timestamp(), SECONDS,
+                                  [EngineLoad("vllm:8000/0", [0, 1], 600.0)]))
+    start_rollups_at(hour)
+    end = datetime.combine(hour.date() + timedelta(days=1), datetime.min.time(), UTC) \
+        + timedelta(hours=2)
+    rollups.run(now=end)
+    before = only_engine(efficiency.report("30d", end=end))
+    # Only the 1-day tier holds the load's day now.
+    truncate([*TABLES.values(), *rollups.TABLES["1m"].values(),
+              *rollups.TABLES["1h"].values()])
+    report = efficiency.report("30d", end=end)
+    assert report.resolution == "1d"
+    assert any(s.resolution == "1d" and s.lo <= hour and s.hi >= hour + timedelta(hours=1)
+               for s in report.stretches)
+    f = only_engine(report).figures
+    assert f == before.figures
+    assert_load_figures(f)
+
+
+def truncate(tables) -> None:
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"TRUNCATE {table.name}")
+
+
+def assert_load_figures(f) -> None:
+    """The figures of the 600-s load of the two tests above, whichever tier holds it."""
     assert f.generation_tokens == pytest.approx(TOKENS)
-    # The hour's bucket: its last value over its lowest, x 600 / 599 for its 600 rows.
+    # The bucket's last value over its lowest, x 600 / 599 for its 600 rows.
     source = "energy_counter" if "gpu.energy_j" in METRICS else "power"
     assert (f.energy_source, f.tokens_per_joule) == (source, pytest.approx(1.0))
     assert f.gpu_hours == pytest.approx(2 * 600 / 3600)

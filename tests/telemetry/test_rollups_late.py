@@ -110,3 +110,19 @@ def test_dirty_marks_older_than_retention_are_dropped(built, settings):
     RollupDirty.objects.create(resolution="1m", host_id=built.host.id, bucket=LATE_MINUTE)
     report = rollups.run(now=NOW + timedelta(days=3))
     assert report["1m"]["recomputed"] == 0 and dirty() == set()
+
+
+def test_a_late_sample_reaches_the_day_of_its_hour(db):
+    history = write_history()
+    start_rollups_at(D0)
+    after_the_day = D0 + timedelta(days=1, minutes=2)
+    rollups.run(now=after_the_day)  # the day D0 is whole in the 1-hour tier: built
+    day = "SELECT n, util_pct_max FROM telemetry_gpu_1d WHERE gpu_id = %s AND ts = %s"
+    n, _ = fetch(day, [history.gpu.id, D0])[0]
+    insert_rows("gpu", [{"gpu_id": history.gpu.id, "ts": LATE_MINUTE + timedelta(seconds=2),
+                         "util_pct": 100.0}])
+    RollupDirty.objects.create(resolution="1m", host_id=history.host.id, bucket=LATE_MINUTE)
+    report = rollups.run(now=after_the_day)
+    assert [report[t]["recomputed"] for t in ("1m", "1h", "1d")] == [1, 1, 1]
+    assert fetch(day, [history.gpu.id, D0])[0] == (n + 1, 100.0)
+    assert dirty() == set()

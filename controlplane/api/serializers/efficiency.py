@@ -19,7 +19,8 @@ class EfficiencyQuerySerializer(serializers.Serializer):
 
 
 class StretchSerializer(serializers.Serializer):
-    resolution = serializers.ChoiceField(choices=["raw", "1m", "1h"])
+    # A string, not a choice: the series API's resolution enum (raw, 1m, 1h) has the name.
+    resolution = serializers.CharField(help_text="raw, 1m, 1h or 1d")
     start = UnixTimeField(source="lo", help_text="Unix seconds")
     end = UnixTimeField(source="hi", help_text="Unix seconds")
 
@@ -82,8 +83,9 @@ class ReportSerializer(serializers.Serializer):
     range = serializers.CharField()
     start = UnixTimeField(help_text="Unix seconds")
     end = UnixTimeField(help_text="Unix seconds")
-    resolution = serializers.ChoiceField(choices=["raw", "1m", "1h"], help_text=(
-        "The tier read for the range's whole buckets; its edges come from finer tiers"))
+    resolution = serializers.CharField(help_text=(
+        "The tier read for the range's whole buckets, raw, 1m, 1h or 1d; its edges come from "
+        "finer tiers"))
     stretches = StretchSerializer(many=True, help_text="The tables read, in time order")
     target = serializers.FloatField(help_text="OBJECTIVE_TARGET: the share that must meet")
     objective_ms = serializers.DictField(child=serializers.FloatField(), help_text=(

@@ -1,10 +1,11 @@
 """Builds the rollup tiers incrementally: the work of the rollup Celery task.
 
-Per tier, in order (1 min, then 1 h, which reads 1 min):
+Per tier, in order (1 min, then 1 h, which reads 1 min, then 1 d, which reads 1 h):
 1. advance: roll up the buckets between the tier's watermark and its limit, a chunk per
    transaction, and move the watermark. The 1-minute limit is the last minute that ended
    ``ROLLUP_SETTLE_S`` ago (samples of a minute arrive within a second or two of its end);
-   the 1-hour limit is the last hour the 1-minute tier holds completely.
+   the 1-hour limit is the last hour the 1-minute tier holds completely, the 1-day limit
+   the last day the 1-hour tier holds completely.
 2. recompute: claim the dirty (host, bucket) rows that late samples left (late.py), roll
    those buckets up again from their source, and mark their hour dirty in the next tier.
 
@@ -34,7 +35,7 @@ LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtext('pitwall.rollups'))"
 # CHUNK_TARGET_S. A fleet of 8,000 GPUs takes ~8 s a minute of data, and its statements
 # grow worse than linearly past a few minutes (sorts spill); 64 GPUs take milliseconds, and
 # catching up a week a minute at a time would cost more in round trips than in work.
-CHUNK_BUCKETS = {"1m": (2, 1, 240), "1h": (1, 1, 48)}  # first, fewest, most
+CHUNK_BUCKETS = {"1m": (2, 1, 240), "1h": (1, 1, 48), "1d": (1, 1, 1)}  # first, fewest, most
 CHUNK_TARGET_S = 5.0
 CLAIM_LIMIT = 2000  # dirty buckets recomputed per transaction
 
@@ -200,16 +201,21 @@ def _source_tables(tier: Tier) -> list[str]:
     return [t.name for t in TABLES[tier.source].values()]
 
 
+def _source_period(tier: Tier) -> partitions.Period:
+    return "day" if tier.source == "raw" else TIERS[tier.source].period
+
+
 def _oldest_source_day(cursor, tier: Tier) -> date | None:
     starts = [start for name in _source_tables(tier)
-              for start, _ in partitions.existing(cursor, name, "day")]
+              for start, _ in partitions.existing(cursor, name, _source_period(tier))]
     return min(starts, default=None)
 
 
 def _source_has_rows(cursor, tier: Tier, day: date) -> bool:
-    """Whether any source partition of that day holds a row (both source tiers are daily)."""
+    """Whether any source partition holding that day has a row (the 1-hour tier's are
+    monthly: a month with a row counts for each of its days)."""
     for name in _source_tables(tier):
-        child = partitions.partition_name(name, day, "day")
+        child = partitions.partition_name(name, day, _source_period(tier))
         cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [child])
         if cursor.fetchone()[0]:
             cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {child})")

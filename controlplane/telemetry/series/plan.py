@@ -99,8 +99,9 @@ def choose(span: float, max_points: int, first_day: date, oldest: dict[str, date
 
 
 def oldest_partitions(entity: Entity) -> dict[str, date]:
-    """The first day each resolution's table of this entity holds, by its partitions."""
-    names = {table_name(entity, r): r for r in RESOLUTIONS}
+    """The first day each resolution's table of this entity holds, by its partitions (every
+    tier's: the efficiency totals read the 1-day tier, which charts do not)."""
+    names = {table_name(entity, r): r for r in PERIOD}
     out = {}
     for parent, child in fetch(OLDEST_SQL, [list(names)]):
         resolution = names[parent]

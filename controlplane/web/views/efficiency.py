@@ -19,7 +19,8 @@ DASH = "–"
 RANGE_LABELS = {"1h": "1 h", "24h": "24 h", "7d": "7 d", "30d": "30 d"}
 SOURCE_LABELS = {"energy_counter": "energy counter", "power": "power × time",
                  "mixed": "counter and power"}
-TIER_LABELS = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups"}
+TIER_LABELS = {"raw": "raw samples", "1m": "1-minute rollups", "1h": "1-hour rollups",
+               "1d": "1-day rollups"}
 CHARTED_ENGINES = 12  # the busiest ones: a fleet's thousand lines would read as noise
 
 
@@ -99,7 +100,8 @@ def tokens_chart(engines: list[efficiency.EngineRow]) -> Chart | None:
 def tiers_read(report: efficiency.Report) -> str:
     """What the figures were read from, coarsest first: "1-hour rollups, then 1-minute
     rollups and raw samples at the edges"."""
-    read = [r for r in ("1h", "1m", "raw") if any(s.resolution == r for s in report.stretches)]
+    read = [r for r in ("1d", "1h", "1m", "raw")
+            if any(s.resolution == r for s in report.stretches)]
     if not read:
         return TIER_LABELS["raw"]
     head, rest = TIER_LABELS[read[0]], [TIER_LABELS[r] for r in read[1:]]
