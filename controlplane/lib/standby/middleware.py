@@ -3,21 +3,25 @@
 A request that writes (POST, PUT, PATCH, DELETE) runs on the primary and pins its browser or
 client's reads to the primary for a while (a cookie), so the page it redirects to shows what
 it just wrote even if the standby has not replayed it yet. The admin, the health check and
-the agents' own endpoints always run on the primary. A GET that fails on a standby found down
-or behind right after runs again on the primary.
+the agents' own endpoints always run on the primary. A GET that fails with a database error on
+the standby (gone away, a query cancelled by a replay conflict) runs again on the primary.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.signals import got_request_exception
+from django.db import DatabaseError
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
 from controlplane.lib.standby.metrics import READS
-from controlplane.lib.standby.router import reading_from_standby
+from controlplane.lib.standby.router import reading, reading_from_standby
 from controlplane.lib.standby.watch import watch
 
 log = logging.getLogger(__name__)
@@ -27,6 +31,7 @@ READ_METHODS = frozenset({"GET", "HEAD"})
 # right after ingest told it a new version exists, which a standby may not have replayed yet.
 PRIMARY_PATHS = ("/admin/", "/healthz", "/api/v1/agent/")
 PIN_COOKIE = "pitwall_read_primary"
+STANDBY_ERROR = "_pitwall_standby_error"
 
 
 def pin_seconds() -> int:
@@ -53,11 +58,23 @@ class ReadFromStandby:
         READS.labels("standby").inc()
         with reading_from_standby():
             response = self.get_response(request)
-        if response.status_code >= 500 and not watch().usable(now=True):
-            # The standby went away during the request (Django turned the error into this
-            # answer): a GET may run again, on the primary.
-            log.warning("%s %s failed on the standby, which is down or behind: run again on "
-                        "the primary", request.method, request.path)
+        failed = getattr(request, STANDBY_ERROR, None)
+        if response.status_code >= 500 and failed is not None:
+            # A GET may run again. The watch looks now: a dead standby is skipped from this
+            # request on, not from the next check.
+            watch().usable(now=True)
+            log.warning("%s %s failed on the standby (%s): run again on the primary",
+                        request.method, request.path, str(failed).strip().splitlines()[0][:200])
             READS.labels("primary").inc()
             return self.get_response(request)
         return response
+
+
+@receiver(got_request_exception)
+def note_standby_error(sender, request: HttpRequest | None = None, **kwargs) -> None:
+    """A database error raised while the request read from the standby (gone away, a query
+    cancelled by a replay conflict): Django turns it into a 500 before the middleware sees
+    it, so it is noted on the request."""
+    error = sys.exc_info()[1]
+    if request is not None and reading() and isinstance(error, DatabaseError):
+        setattr(request, STANDBY_ERROR, error)
