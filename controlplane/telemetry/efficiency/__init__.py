@@ -212,17 +212,41 @@ class _Reader:
         (the 1-hour range and its last hour) is read once."""
         widest = max((len(b) for b in HistogramLayout.objects.values_list("bounds", flat=True)),
                      default=-1) + 1
+        metrics = list(HISTOGRAMS.values())
         by_window: dict[tuple[datetime, datetime], dict] = {}
+        # The windows end together: cut at the range's stretch boundaries, their newest
+        # stretches are the range's and are read once.
+        by_stretch: dict[Stretch, list[tuple]] = {}
+        cuts: dict[str, set[datetime]] = defaultdict(set)
+        for s in self.stretches("engine"):
+            cuts[s.resolution] |= {s.lo, s.hi}
+
+        def read_stretch(s: Stretch) -> list[tuple]:
+            if s not in by_stretch:
+                by_stretch[s] = reads.stretch_counts(metrics, ids, s, widest)
+            return by_stretch[s]
+
         out = {}
         for window in ("range", *BURN_WINDOWS):
             start = self.start if window == "range" else self.end - BURN_WINDOWS[window]
             if (start, self.end) not in by_window:
                 by_window[(start, self.end)] = reads.histogram_counts(
-                    list(HISTOGRAMS.values()), ids, self.stretches("engine", window), widest)
+                    metrics, ids, _cut(self.stretches("engine", window), cuts), widest,
+                    read_stretch)
             read = by_window[(start, self.end)]
             for objective, metric in HISTOGRAMS.items():
                 out[(objective, window)] = read[metric.name]
         return out
+
+
+def _cut(stretches: list[Stretch], cuts: dict[str, set[datetime]]) -> list[Stretch]:
+    """The stretches split where a stretch of the same table starts or ends in ``cuts``:
+    the same rows (a row counts in the piece its bucket starts in), shareable pieces."""
+    out = []
+    for s in stretches:
+        edges = [s.lo, *sorted(t for t in cuts[s.resolution] if s.lo < t < s.hi), s.hi]
+        out += [Stretch(s.resolution, lo, hi) for lo, hi in zip(edges, edges[1:], strict=False)]
+    return out
 
 
 def _prefixed(entity: str, values: dict[int, float]) -> dict[tuple[str, int], float]:

@@ -9,8 +9,9 @@ rollup row's average counts for its ``n`` raw rows, as the 1-hour tier itself we
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from agents.protocol import METRICS, Entity, Metric
 from controlplane.telemetry.efficiency.figures import add_counts
@@ -23,6 +24,10 @@ from controlplane.telemetry.series.sqlbits import fetch
 ENERGY_METRIC = "gpu.energy_j"
 # The newest rows of an entity that show its sampling interval, per tier.
 _INTERVAL_ROWS = {"raw": 61, "1m": 60, "1h": 24}
+# Where the newest raw rows almost always are: probed first, it prunes a 30-day range's raw
+# partitions to the newest one or two (8,000 GPUs probed over every day's partition took
+# 0.56 s, BENCHMARKS.md).
+RECENT = timedelta(hours=1)
 
 
 @dataclass
@@ -111,21 +116,26 @@ def _raw_rise(counter: Metric, ids: list[int], s: Stretch) -> list[tuple]:
 def sample_intervals(entity: Entity, ids: list[int], lo: datetime,
                      hi: datetime) -> dict[int, float]:
     """Per entity id: the agent's sampling interval in seconds, as its newest rows in
-    ``[lo, hi)`` show it: the median spacing of its raw rows, else a rollup tier's width over
-    the rows of its fullest bucket among the newest (a full minute of 1-s samples holds 60).
-    Entities without a row are absent. One backward primary-key probe per entity and table.
+    ``[lo, hi)`` show it: the median spacing of its raw rows (those of the last ``RECENT``
+    when it has two there, else of the range), else a rollup tier's width over the rows of
+    its fullest bucket among the newest (a full minute of 1-s samples holds 60). Entities
+    without a row are absent. One backward primary-key probe per entity and table.
 
     The server does not know the agent's ``--interval``; a rate sample stands for one
     interval, so tokens and joules are the sums of the samples times this."""
     key, out = _key(entity), {}
-    if ids:
+    recent = max(lo, hi - RECENT)
+    for since in (recent, lo) if recent > lo else (lo,):
+        missing = [k for k in ids if k not in out]
+        if not missing:
+            break
         rows = fetch(
             f"SELECT e.k, percentile_cont(0.5) WITHIN GROUP (ORDER BY g.gap) "
             f"FROM unnest(%s::int4[]) AS e(k) CROSS JOIN LATERAL ("
             f"SELECT extract(epoch FROM r.ts - lag(r.ts) OVER (ORDER BY r.ts)) AS gap "
             f"FROM (SELECT t.ts FROM {RAW[entity].name} t WHERE t.{key} = e.k AND t.ts >= %s "
             f"AND t.ts < %s ORDER BY t.ts DESC LIMIT %s) r) g GROUP BY e.k",
-            [ids, lo, hi, _INTERVAL_ROWS["raw"]])
+            [missing, since, hi, _INTERVAL_ROWS["raw"]])
         out.update({k: float(gap) for k, gap in rows if gap})
     for tier in ("1m", "1h"):
         missing = [k for k in ids if k not in out]
@@ -141,9 +151,12 @@ def sample_intervals(entity: Entity, ids: list[int], lo: datetime,
 
 
 def histogram_counts(metrics: list[Metric], ids: list[int], stretches: list[Stretch],
-                     buckets: int) -> dict[str, dict[int, dict[int, list[int]]]]:
+                     buckets: int, read: Callable[[Stretch], list[tuple]] | None = None,
+                     ) -> dict[str, dict[int, dict[int, list[int]]]]:
     """Per metric name, per entity id, per layout id: the bucket counts summed over the
-    stretches. ``buckets``: the most buckets a layout has (its bounds and +Inf).
+    stretches. ``buckets``: the most buckets a layout has (its bounds and +Inf). ``read``:
+    the rows of one stretch (``stretch_counts``'s), for a caller that reads a stretch shared
+    by two windows once.
 
     All the metrics are read in one pass over each table, a ``sum`` per bucket position
     (positions past a row's layout are NULL and add nothing): three times faster than
@@ -151,18 +164,8 @@ def histogram_counts(metrics: list[Metric], ids: list[int], stretches: list[Stre
     out: dict[str, dict[int, dict[int, list[int]]]] = {m.name: defaultdict(dict) for m in metrics}
     if not ids or not metrics or buckets < 1:
         return {name: {} for name in out}
-    entity = metrics[0].entity
-    key = _key(entity)
-    layouts = [f"t.{m.key}_layout" for m in metrics]
-    sums = [f"sum(t.{m.key}_counts[{i}]::float8)" for m in metrics for i in range(1, buckets + 1)]
-    names = [c for m in metrics for c in (f"{m.key}_layout", f"{m.key}_counts")]
     for s in stretches:
-        src, params = stretch_from(entity, s.resolution, s.lo, s.hi, names)
-        rows = fetch(
-            f"SELECT t.{key}, {', '.join(layouts)}, {', '.join(sums)} FROM {src} "
-            f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s "
-            f"GROUP BY {', '.join(str(i) for i in range(1, len(metrics) + 2))}",
-            [*params, ids, s.lo, s.hi])
+        rows = read(s) if read is not None else stretch_counts(metrics, ids, s, buckets)
         for row in rows:
             k, lays, counts = row[0], row[1:1 + len(metrics)], row[1 + len(metrics):]
             for j, (metric, lay) in enumerate(zip(metrics, lays, strict=True)):
@@ -172,3 +175,20 @@ def histogram_counts(metrics: list[Metric], ids: list[int], stretches: list[Stre
                 add_counts(out[metric.name][k].setdefault(lay, []),
                            [int(c) for c in part if c is not None])
     return {name: dict(per) for name, per in out.items()}
+
+
+def stretch_counts(metrics: list[Metric], ids: list[int], s: Stretch,
+                   buckets: int) -> list[tuple]:
+    """(entity id, each metric's layout, each metric's ``buckets`` sums) per entity and
+    layouts in one stretch."""
+    entity = metrics[0].entity
+    key = _key(entity)
+    layouts = [f"t.{m.key}_layout" for m in metrics]
+    sums = [f"sum(t.{m.key}_counts[{i}]::float8)" for m in metrics for i in range(1, buckets + 1)]
+    names = [c for m in metrics for c in (f"{m.key}_layout", f"{m.key}_counts")]
+    src, params = stretch_from(entity, s.resolution, s.lo, s.hi, names)
+    return fetch(
+        f"SELECT t.{key}, {', '.join(layouts)}, {', '.join(sums)} FROM {src} "
+        f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s "
+        f"GROUP BY {', '.join(str(i) for i in range(1, len(metrics) + 2))}",
+        [*params, ids, s.lo, s.hi])

@@ -51,9 +51,12 @@ def resolution_for(entity: Entity, start: datetime, end: datetime) -> str:
 
 
 def plan_stretches(entity: Entity, start: datetime, end: datetime) -> tuple[str, list[Stretch]]:
-    """(the tier chosen, the stretches to read in time order)."""
-    resolution = resolution_for(entity, start, end)
-    return resolution, split(resolution, start, end, watermarks())
+    """(the coarsest tier read, the stretches to read in time order). The tier chosen may
+    hold no whole bucket of the range (a day tier not built yet): the tier named is then the
+    one that answers."""
+    stretches = split(resolution_for(entity, start, end), start, end, watermarks())
+    read = [s.resolution for s in stretches]
+    return max(read, key=WIDTH.__getitem__, default="raw"), stretches
 
 
 def split(resolution: str, start: datetime, end: datetime,
