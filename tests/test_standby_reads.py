@@ -1,7 +1,8 @@
 """Reads from a streaming standby (controlplane/lib/standby, docs/standby.md), the parts a
 standby is not needed for: off by default, the settings a standby adds, the lag arithmetic,
-the router's choices, and the watch's verdict on a server that is no standby and on one that
-does not answer. tests/faults/test_standby.py runs it all against a real standby."""
+the router's choices, the requests that always read the primary, and the watch's verdict on
+a server that is no standby and on one that does not answer. tests/faults/test_standby.py
+runs it all against a real standby."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.http import HttpRequest, HttpResponse
+from django.test import RequestFactory
 
 from controlplane.fleet.models import ApiToken, Host
 from controlplane.lib.standby import router
+from controlplane.lib.standby.middleware import PIN_COOKIE, ReadFromStandby
 from controlplane.lib.standby.watch import Backlog, LagWatch, conninfo
 from controlplane.telemetry.models import HistogramLayout
 from tests.support.live import free_port
@@ -131,3 +135,24 @@ def test_conninfo_keeps_libpq_options_and_drops_django_s() -> None:
                      "PORT": "5433", "OPTIONS": {"sslmode": "require", "pool": {"max_size": 8}}})
     assert set(info.split()) == {"dbname=pitwall", "user=app", "host=db2", "port=5433",
                                  "sslmode=require"}
+
+
+def _answer_noting_where_it_read(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("standby" if router.reading() else "primary")
+
+
+def test_a_write_pins_its_client_to_the_primary_for_the_lag_limit_and_a_check(settings) -> None:
+    settings.STANDBY_MAX_LAG_S, settings.STANDBY_CHECK_INTERVAL_S = 5.0, 0.5
+    middleware = ReadFromStandby(_answer_noting_where_it_read)
+    written = middleware(RequestFactory().post("/api/v1/silences/"))
+    assert written.content == b"primary"
+    assert written.cookies[PIN_COOKIE]["max-age"] == 6
+    pinned = RequestFactory().get("/api/v1/hosts/")
+    pinned.COOKIES[PIN_COOKIE] = "1"
+    assert middleware(pinned).content == b"primary"
+
+
+@pytest.mark.parametrize("path", ["/admin/fleet/host/", "/healthz", "/api/v1/agent/config"])
+def test_the_admin_health_and_agents_read_the_primary(path: str) -> None:
+    middleware = ReadFromStandby(_answer_noting_where_it_read)
+    assert middleware(RequestFactory().get(path)).content == b"primary"
