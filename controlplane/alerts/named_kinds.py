@@ -171,7 +171,7 @@ def _busiest_process(cycle: Cycle, window_s: int) -> dict[int, float]:
     process's average over its slices in the window that served that engine."""
     view, j0 = cycle.views["proc"], cycle.column("proc", window_s)
     engines = view.engines()[:, j0:]
-    sums, counts = view.part("cpu_pct", "sum")[:, j0:], view.part("cpu_pct", "n")[:, j0:]
+    sums, counts = view.part("cpu_pct", "sum", j0), view.part("cpu_pct", "n", j0)
     served = engines >= 0
     pid = np.broadcast_to((view.keys & 0xFFFFFFFF)[:, None], engines.shape)[served]
     pairs = np.stack([engines[served], pid], axis=1)
@@ -191,8 +191,8 @@ def _busiest_process(cycle: Cycle, window_s: int) -> dict[int, float]:
 def _engine_gpu_util(cycle: Cycle, window_s: int) -> dict[int, float]:
     """Per engine: gpu.util_pct averaged over the slices of all its GPUs in the window."""
     view, j0 = cycle.views["gpu"], cycle.column("gpu", window_s)
-    total = np.nansum(view.part("util_pct", "sum")[:, j0:], axis=1)
-    n = view.part("util_pct", "n")[:, j0:].sum(axis=1)
+    total = np.nansum(view.part("util_pct", "sum", j0), axis=1)
+    n = view.part("util_pct", "n", j0).sum(axis=1)
     seen = in_window(view, j0)
     at = {int(k): u for u, k in enumerate(view.keys.tolist()) if seen[u]}
     sums: dict[int, list[float]] = {}

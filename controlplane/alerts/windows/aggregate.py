@@ -41,21 +41,21 @@ def _ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
 
 
 def average(view: View, column: str, j0: int) -> np.ndarray:
-    total = np.nansum(view.part(column, "sum")[:, j0:], axis=1)
-    return _ratio(total, view.part(column, "n")[:, j0:].sum(axis=1).astype(np.float64))
+    total = np.nansum(view.part(column, "sum", j0), axis=1)
+    return _ratio(total, view.part(column, "n", j0).sum(axis=1).astype(np.float64))
 
 
 def extreme(view: View, column: str, aggregation: str, j0: int) -> np.ndarray:
     """``min`` or ``max`` over the window."""
-    values = view.part(column, aggregation)[:, j0:]
+    values = view.part(column, aggregation, j0)
     if not values.shape[1]:
         return np.full(len(view.keys), np.nan)
     return (np.fmin if aggregation == Aggregation.MIN else np.fmax).reduce(values, axis=1)
 
 
 def masked_share(view: View, column: str, mask: int, aggregation: str, j0: int) -> np.ndarray:
-    hits = view.mask_hits(column, mask)[:, j0:].sum(axis=1).astype(np.float64)
-    rows = view.part(column, "n")[:, j0:].sum(axis=1).astype(np.float64)
+    hits = view.mask_hits(column, mask, j0).sum(axis=1).astype(np.float64)
+    rows = view.part(column, "n", j0).sum(axis=1).astype(np.float64)
     if aggregation == Aggregation.AVG:
         return _ratio(hits, rows)
     held = hits > 0 if aggregation == Aggregation.MAX else hits == rows
@@ -69,22 +69,32 @@ def _bit(values: np.ndarray, mask: int | None) -> np.ndarray:
     return np.where(np.isnan(values), np.nan, bits.astype(np.float64))
 
 
+def _picked(window: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """Per target (row) the value at its column of the window's matrix, as float64; NaN where
+    the column lies outside the window (the caller masks those out)."""
+    inside = (columns >= 0) & (columns < window.shape[1])
+    if not window.shape[1]:
+        return np.full(len(columns), np.nan)
+    values = window[np.arange(len(columns)), np.clip(columns, 0, window.shape[1] - 1)]
+    return np.where(inside, values, np.nan)
+
+
 def point(view: View, column: str, aggregation: str, mask: int | None, j0: int) -> np.ndarray:
     targets = np.arange(len(view.keys))
     newest, has = view.newest()
-    last = _bit(view.part(column, "last")[targets, newest], mask)
+    last = _bit(_picked(view.part(column, "last", j0), newest - j0), mask)
     last = np.where(has & (newest >= j0), last, np.nan)
     if aggregation == Aggregation.LAST:
         return last
     oldest, has_oldest = view.oldest_from(j0)
-    first = _bit(view.part(column, "first")[targets, oldest], mask)
+    first = _bit(_picked(view.part(column, "first", j0), oldest - j0), mask)
     seconds = (view.times("t1")[targets, newest] - view.times("t0")[targets, oldest]) / 1e6
     return np.where(has_oldest, _ratio(last - first, seconds), np.nan)
 
 
 def newest_present(view: View, column: str, j0: int) -> np.ndarray:
     """The last present value of the newest slice in the window that has one."""
-    values = view.part(column, "last")[:, j0:]
+    values = view.part(column, "last", j0)
     present = ~np.isnan(values)
     if not values.shape[1]:
         return np.full(len(view.keys), np.nan)

@@ -18,6 +18,7 @@ rules need columns or masks it does not hold, it rebuilds too.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -30,7 +31,13 @@ from controlplane.alerts.windows.fold import Block, fold
 from controlplane.alerts.windows.needs import Need
 from controlplane.alerts.windows.raw import read
 from controlplane.alerts.windows.schema import STATE_TABLE
-from controlplane.alerts.windows.slices import SLICE_US, floor_slice, micros, window_start
+from controlplane.alerts.windows.slices import (
+    SLICE_US,
+    first_slice,
+    floor_slice,
+    micros,
+    window_start,
+)
 
 # Rows that arrive up to this long after their timestamp still count (see the module doc).
 LATE_S = 5
@@ -147,7 +154,13 @@ def _on_own_connection(bring, entity: Entity) -> None:
 
 class View:
     """One store's slices as (targets x slices) matrices, for one cycle: row ``u`` is target
-    ``keys[u]``, column ``j`` the slice ``sid0 + j``. Matrices are built on first use."""
+    ``keys[u]``, column ``j`` the slice ``sid0 + j``. Matrices are built on first use.
+
+    A column's matrices start at the first slice of the longest window that reads it, not at
+    the store's: the engine store keeps an hour of slices for the histograms a burn rule reads,
+    and building every scalar column an hour wide cost most of a quiet cycle's array work.
+    ``part`` and ``mask_hits`` therefore take the window's first column ``j0`` and return the
+    columns from ``j0`` on."""
 
     def __init__(self, store: SliceStore, now: datetime) -> None:
         self.sid0 = micros(store.lo) // SLICE_US
@@ -159,37 +172,51 @@ class View:
         # copy), or the positions of the block's targets
         self._at = [(b.sid - self.sid0, slice(None) if np.array_equal(b.keys, self.keys)
                      else np.searchsorted(self.keys, b.keys), b) for b in blocks]
-        self._cache: dict[tuple, np.ndarray] = {}
+        self._columns = [j for j, _, _ in self._at]
+        # per column: the first view column its longest window reads (older slices no longer
+        # hold its parts: SliceStore._trim)
+        windows = store.need.windows if store.need is not None else {}
+        self._first = {name: self.column_of(first_slice(now, window_s))
+                       for name, window_s in windows.items()}
+        self._cache: dict[tuple, tuple[int, np.ndarray]] = {}
+        self._newest: tuple[np.ndarray, np.ndarray] | None = None
+        self._oldest: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def column_of(self, sid: int) -> int:
         return min(max(sid - self.sid0, 0), self.width)
 
-    def matrix(self, what: tuple, pick, fill: float, dtype=np.float64) -> np.ndarray:
+    def matrix(self, what: tuple, pick, fill: float, dtype=np.float64, j0: int = 0,
+               column: str | None = None) -> np.ndarray:
         """The (targets x slices) matrix of ``pick(block)`` (None: a slice older than the
-        window that keeps it), ``fill`` where a target had no rows in a slice; ``what`` names
-        it in the cycle's cache."""
-        if what not in self._cache:
+        window that keeps it) from column ``j0`` on, ``fill`` where a target had no rows in a
+        slice; ``what`` names it in the cycle's cache. Built once a cycle, from the first
+        slice of the longest window reading ``column`` (or from ``j0`` if that is earlier)."""
+        start, out = self._cache.get(what, (self.width + 1, None))
+        if out is None or j0 < start:
+            start = min(j0, self._first.get(column, j0)) if column else 0
             # column-major: a slice is one contiguous column, a window a run of columns
-            out = np.full((len(self.keys), self.width), fill, dtype, order="F")
-            for j, rows, block in self._at:
+            out = np.full((len(self.keys), self.width - start), fill, dtype, order="F")
+            for j, rows, block in self._at[bisect_left(self._columns, start):]:
                 values = pick(block)
                 if values is not None:
-                    out[rows, j] = values
-            self._cache[what] = out
-        return self._cache[what]
+                    out[rows, j - start] = values
+            self._cache[what] = (start, out)
+        return out[:, j0 - start:]
 
     def rows(self) -> np.ndarray:
         return self.matrix(("rows",), lambda b: b.rows, 0, np.int32)
 
-    def part(self, column: str, part: str) -> np.ndarray:
+    def part(self, column: str, part: str, j0: int) -> np.ndarray:
+        """Columns ``j0`` on of one part of a column."""
         pick = lambda b: b.parts.get(column, {}).get(part)  # noqa: E731
         if part == "n":
-            return self.matrix((column, "n"), pick, 0, np.int32)
-        return self.matrix((column, part), pick, np.nan)
+            return self.matrix((column, "n"), pick, 0, np.int32, j0, column)
+        return self.matrix((column, part), pick, np.nan, np.float64, j0, column)
 
-    def mask_hits(self, column: str, mask: int) -> np.ndarray:
+    def mask_hits(self, column: str, mask: int, j0: int) -> np.ndarray:
         return self.matrix((column, "mask", mask),
-                           lambda b: b.parts.get(column, {}).get(("mask", mask)), 0, np.int32)
+                           lambda b: b.parts.get(column, {}).get(("mask", mask)), 0, np.int32,
+                           j0, column)
 
     def times(self, which: str) -> np.ndarray:
         return self.matrix((which,), lambda b: getattr(b, which), 0, np.int64)
@@ -201,16 +228,14 @@ class View:
         return self.matrix((key, "layout"), lambda b: b.layouts.get(key), -1, np.int64)
 
     def counts(self, key: str) -> np.ndarray:
-        """(targets x slices x buckets)."""
-        if (key, "counts") not in self._cache:
-            buckets = next((b.counts[key].shape[1] for _, _, b in self._at if key in b.counts),
-                           0)
-            out = np.zeros((len(self.keys), self.width, buckets), np.int64)
-            for j, rows, block in self._at:
-                if key in block.counts:
-                    out[rows, j] = block.counts[key]
-            self._cache[(key, "counts")] = out
-        return self._cache[(key, "counts")]
+        """(targets x slices x buckets), built at each call: the cycle sums histograms slice
+        by slice (``histogram_slices``); this is the reference the tests compare with."""
+        buckets = next((b.counts[key].shape[1] for _, _, b in self._at if key in b.counts), 0)
+        out = np.zeros((len(self.keys), self.width, buckets), np.int64)
+        for j, rows, block in self._at:
+            if key in block.counts:
+                out[rows, j] = block.counts[key]
+        return out
 
     def histogram_slices(self, key: str, j0: int):
         """Per slice from column ``j0`` that holds the histogram: (the positions of its
@@ -221,17 +246,22 @@ class View:
                 yield everyone[rows], block.layouts[key], block.counts[key]
 
     def newest(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per target: the column of its newest slice, and whether it has any."""
-        present = self.rows() > 0
-        has = present.any(axis=1)
-        newest = self.width - 1 - np.argmax(present[:, ::-1], axis=1) if self.width else \
-            np.zeros(len(self.keys), np.int64)
-        return newest, has
+        """Per target: the column of its newest slice, and whether it has any (once a cycle:
+        every ``last`` and ``rate`` rule asks)."""
+        if self._newest is None:
+            present = self.rows() > 0
+            has = present.any(axis=1)
+            newest = self.width - 1 - np.argmax(present[:, ::-1], axis=1) if self.width else \
+                np.zeros(len(self.keys), np.int64)
+            self._newest = newest, has
+        return self._newest
 
     def oldest_from(self, j0: int) -> tuple[np.ndarray, np.ndarray]:
         """Per target: the column of its oldest slice at or after column ``j0``, and whether
-        it has one."""
-        present = self.rows()[:, j0:] > 0
-        has = present.any(axis=1)
-        return (np.argmax(present, axis=1) + j0 if present.shape[1] else
-                np.zeros(len(self.keys), np.int64)), has
+        it has one (once a cycle per window)."""
+        if j0 not in self._oldest:
+            present = self.rows()[:, j0:] > 0
+            has = present.any(axis=1)
+            self._oldest[j0] = (np.argmax(present, axis=1) + j0 if present.shape[1] else
+                                np.zeros(len(self.keys), np.int64)), has
+        return self._oldest[j0]
