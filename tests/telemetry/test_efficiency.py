@@ -18,6 +18,7 @@ from controlplane.fleet.models import Engine
 from controlplane.telemetry import efficiency, partitions, rollups
 from controlplane.telemetry.efficiency.figures import burn_rate, fraction_under
 from controlplane.telemetry.efficiency.stretches import split
+from controlplane.telemetry.models import RollupWatermark
 from controlplane.telemetry.schema import TABLES
 from controlplane.telemetry.series import SeriesError
 from controlplane.telemetry.series.plan import Stretch
@@ -254,3 +255,12 @@ def test_an_engine_not_present_and_not_seen_in_the_range_is_left_out(ingest, hos
     Engine.objects.update(present=False)
     later = datetime.now(UTC) + timedelta(days=2)
     assert efficiency.report("1h", end=later).engines == []
+
+
+def test_long_ranges_end_where_the_hourly_rollups_do_while_they_keep_up(db):
+    now = H + timedelta(minutes=20)
+    RollupWatermark.objects.update_or_create(resolution="1h", defaults={"upto": H})
+    assert [efficiency.default_end(r, now) for r in ("30d", "7d", "24h")] == [H, H, H]
+    assert efficiency.default_end("1h", now) == now
+    RollupWatermark.objects.filter(resolution="1h").update(upto=H - timedelta(hours=3))
+    assert efficiency.default_end("30d", now) == now  # the rollups fell behind: exact, slower

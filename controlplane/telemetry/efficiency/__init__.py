@@ -41,7 +41,7 @@ from controlplane.telemetry.efficiency.stretches import plan_stretches
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.objectives import OBJECTIVES, objective_s, target
 from controlplane.telemetry.series.errors import SeriesError
-from controlplane.telemetry.series.plan import Stretch
+from controlplane.telemetry.series.plan import Stretch, watermarks
 from controlplane.telemetry.series.timeouts import statement_timeout
 
 __all__ = ["DEFAULT_RANGE", "RANGES", "EngineRow", "Figures", "ModelRow", "Report", "report"]
@@ -53,6 +53,10 @@ RANGES: dict[str, timedelta] = {
     "30d": timedelta(days=30),
 }
 DEFAULT_RANGE = "1h"
+# Ranges that end, unless told otherwise, where the 1-hour rollups do (default_end), when
+# those are at most this far behind the clock: an hour, the settle time and a late run.
+ROLLED_UP = ("24h", "7d", "30d")
+ROLLED_UP_LAG = timedelta(hours=1, minutes=15)
 BURN_WINDOWS = {"1h": timedelta(hours=1), "30d": timedelta(days=30)}
 # Instants an end may be: a 30-day window before it stays a datetime.
 EARLIEST = datetime(1971, 1, 1, tzinfo=UTC)
@@ -103,7 +107,7 @@ def report(range_name: str = DEFAULT_RANGE, end: datetime | None = None,
            engine_ids: list[int] | None = None, model: str | None = None) -> Report:
     if range_name not in RANGES:
         raise SeriesError("range", f"range must be one of {', '.join(RANGES)}")
-    end = end or datetime.now(UTC)
+    end = end or default_end(range_name)
     if not EARLIEST < end < LATEST:
         raise SeriesError("end", f"end must be between {EARLIEST.date()} and {LATEST.date()}")
     start = end - RANGES[range_name]
@@ -113,6 +117,20 @@ def report(range_name: str = DEFAULT_RANGE, end: datetime | None = None,
         # 11 s of a 30-day read at 2,000 engines that ran in under one without it.
         reads.fetch("SELECT set_config('jit', 'off', true)", [])
         return _report(range_name, start, end, engines)
+
+
+def default_end(range_name: str, now: datetime | None = None) -> datetime:
+    """Where a range without an ``end`` ends: now, or for the ranges the hourly and daily
+    rollups answer, the end of the last hour the 1-hour tier holds, when the rollup task keeps
+    it current (at most ``ROLLED_UP_LAG`` behind). The figures are then sums of rollup rows
+    alone: ending now adds the 1-minute rows and raw seconds of the partial hour at either end,
+    3.5 of the 4.5 s of a 30-day report at 2,000 engines on 8,000 GPUs (BENCHMARKS.md)."""
+    now = now or datetime.now(UTC)
+    if range_name in ROLLED_UP:
+        built = watermarks().get("1h")
+        if built is not None and now - ROLLED_UP_LAG <= built <= now:
+            return built
+    return now
 
 
 def _engines(start: datetime, ids: list[int] | None, model: str | None) -> list[Engine]:
@@ -192,10 +210,8 @@ class _Reader:
         tokens = reads.value_totals(GENERATION, ids, self.stretches("engine"))
         power = reads.value_totals(POWER_METRIC, gpu_ids, self.stretches("gpu"),
                                    reads.energy_metric())
-        every = {**_prefixed("engine", reads.sample_intervals("engine", ids, self.start,
-                                                               self.end)),
-                 **_prefixed("gpu", reads.sample_intervals("gpu", gpu_ids, self.start,
-                                                            self.end))}
+        every = {**_prefixed("engine", self._intervals("engine", ids)),
+                 **_prefixed("gpu", self._intervals("gpu", gpu_ids))}
         energy = {g: t.counter_rise for g, t in power.items() if t.counter_rows}
         hists = self._histograms(ids)
         out = {}
@@ -206,6 +222,11 @@ class _Reader:
             i.histograms = {key: h[e.id] for key, h in hists.items() if e.id in h}
             out[e.id] = i
         return out
+
+    def _intervals(self, entity: str, ids: list[int]) -> dict[int, float]:
+        rolled_up = all(s.resolution != "raw" for s in self.stretches(entity))
+        return reads.sample_intervals(entity, ids, self.start, self.end,  # type: ignore[arg-type]
+                                      rolled_up)
 
     def _histograms(self, ids: list[int]) -> dict[tuple[str, str], dict[int, Layouts]]:
         """(objective, window) -> engine id -> summed buckets; a window equal to another

@@ -113,16 +113,34 @@ def _raw_rise(counter: Metric, ids: list[int], s: Stretch) -> list[tuple]:
         f"GROUP BY k", [*params, ids, s.lo, s.hi])
 
 
-def sample_intervals(entity: Entity, ids: list[int], lo: datetime,
-                     hi: datetime) -> dict[int, float]:
+def sample_intervals(entity: Entity, ids: list[int], lo: datetime, hi: datetime,
+                     rolled_up: bool = False) -> dict[int, float]:
     """Per entity id: the agent's sampling interval in seconds, as its newest rows in
     ``[lo, hi)`` show it: the median spacing of its raw rows (those of the last ``RECENT``
     when it has two there, else of the range), else a rollup tier's width over the rows of
     its fullest bucket among the newest (a full minute of 1-s samples holds 60). Entities
     without a row are absent. One backward primary-key probe per entity and table.
 
+    ``rolled_up``: the range reads no raw rows (it ends where the 1-hour tier does): the
+    rollup tiers answer first, the hourly rows' counts (24 probed rows an entity, where 61 raw
+    ones cost 0.55 s for 8,000 GPUs).
+
     The server does not know the agent's ``--interval``; a rate sample stands for one
     interval, so tokens and joules are the sums of the samples times this."""
+    out: dict[int, float] = {}
+    for source in ("1h", "1m", "raw") if rolled_up else ("raw", "1m", "1h"):
+        missing = [k for k in ids if k not in out]
+        if not missing:
+            break
+        if source == "raw":
+            out.update(_raw_intervals(entity, missing, lo, hi))
+        else:
+            out.update(_rollup_intervals(entity, source, missing, lo, hi))
+    return out
+
+
+def _raw_intervals(entity: Entity, ids: list[int], lo: datetime, hi: datetime) -> dict:
+    """The median spacing of each entity's newest raw rows, over the last ``RECENT`` first."""
     key, out = _key(entity), {}
     recent = max(lo, hi - RECENT)
     for since in (recent, lo) if recent > lo else (lo,):
@@ -137,17 +155,19 @@ def sample_intervals(entity: Entity, ids: list[int], lo: datetime,
             f"AND t.ts < %s ORDER BY t.ts DESC LIMIT %s) r) g GROUP BY e.k",
             [missing, since, hi, _INTERVAL_ROWS["raw"]])
         out.update({k: float(gap) for k, gap in rows if gap})
-    for tier in ("1m", "1h"):
-        missing = [k for k in ids if k not in out]
-        if not missing:
-            break
-        rows = fetch(
-            f"SELECT e.k, max(r.n) FROM unnest(%s::int4[]) AS e(k) CROSS JOIN LATERAL ("
-            f"SELECT t.n FROM {ROLLUPS[tier][entity].name} t WHERE t.{key} = e.k "
-            f"AND t.ts >= %s AND t.ts < %s ORDER BY t.ts DESC LIMIT %s) r GROUP BY e.k",
-            [missing, lo, hi, _INTERVAL_ROWS[tier]])
-        out.update({k: WIDTH[tier] / n for k, n in rows if n})
     return out
+
+
+def _rollup_intervals(entity: Entity, tier: str, ids: list[int], lo: datetime,
+                      hi: datetime) -> dict:
+    """A tier's width over the rows of each entity's fullest bucket among its newest."""
+    key = _key(entity)
+    rows = fetch(
+        f"SELECT e.k, max(r.n) FROM unnest(%s::int4[]) AS e(k) CROSS JOIN LATERAL ("
+        f"SELECT t.n FROM {ROLLUPS[tier][entity].name} t WHERE t.{key} = e.k "
+        f"AND t.ts >= %s AND t.ts < %s ORDER BY t.ts DESC LIMIT %s) r GROUP BY e.k",
+        [ids, lo, hi, _INTERVAL_ROWS[tier]])
+    return {k: WIDTH[tier] / n for k, n in rows if n}
 
 
 def histogram_counts(metrics: list[Metric], ids: list[int], stretches: list[Stretch],
