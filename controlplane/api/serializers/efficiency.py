@@ -13,7 +13,9 @@ class EfficiencyQuerySerializer(serializers.Serializer):
     range = serializers.ChoiceField(
         choices=list(efficiency.RANGES), default=efficiency.DEFAULT_RANGE,
         help_text="How far back from end: 1h (default), 24h, 7d or 30d")
-    end = InstantField(required=False, help_text="ISO-8601 or unix seconds; default: now")
+    end = InstantField(required=False, help_text=(
+        "ISO-8601 or unix seconds; default: now, and for 24h, 7d and 30d the end of the last "
+        "hour the rollups hold while they keep up (the figures are then rollup sums alone)"))
     model = serializers.CharField(required=False, max_length=300, help_text=(
         "Only the engines serving this model (Engine.model, exactly)"))
 
