@@ -246,26 +246,48 @@ def days_built() -> bool:
 # -- measure ----------------------------------------------------------------------------------
 
 def measure(range_name: str, end: datetime, repeat: int) -> dict:
-    from controlplane.telemetry.efficiency import report
+    from django.conf import settings
 
-    made = report(range_name, end)  # warm: imports, plans, the buffer cache
+    from controlplane.telemetry.efficiency import report
+    from controlplane.telemetry.series.timeouts import QueryTimeout
+
+    limit = settings.PITWALL["QUERY_TIMEOUT_S"]
+    cold = None
+    try:
+        t0 = time.perf_counter()
+        made = report(range_name, end)  # warm: imports, plans, the buffer cache
+        cold = round(time.perf_counter() - t0, 3)
+    except QueryTimeout:
+        cold = f"over the {limit}-s query timeout"
+    # Measured whatever it takes: the figures say how far over the timeout a read is.
+    settings.PITWALL["QUERY_TIMEOUT_S"] = 600
+    try:
+        made = report(range_name, end)
+        walls, cpus, pgs = _runs(report, range_name, end, repeat)
+    finally:
+        settings.PITWALL["QUERY_TIMEOUT_S"] = limit
+    return {"range": range_name, "engines": len(made.engines), "models": len(made.models),
+            "resolution": made.resolution,
+            "stretches": [f"{s.resolution} {s.lo:%m-%d %H:%M:%S}-{s.hi:%m-%d %H:%M:%S}"
+                          for s in made.stretches],
+            "first_s": cold, "over_timeout": sum(w > limit for w in walls),
+            "wall_s_p50": round(statistics.median(walls), 3), "wall_s_max": round(max(walls), 3),
+            "python_cpu_s": round(statistics.median(cpus), 3),
+            "postgres_cpu_s": round(statistics.median(pgs), 3), "n": repeat}
+
+
+def _runs(report, range_name: str, end: datetime, repeat: int):
     walls, cpus, pgs = [], [], []
     for _ in range(repeat):
         meter = PostgresCpu()
         meter.start()
         # This thread's CPU: the meter's own thread polls PostgreSQL's processes meanwhile.
         t0, c0 = time.perf_counter(), time.thread_time()
-        made = report(range_name, end)
+        report(range_name, end)
         walls.append(time.perf_counter() - t0)
         cpus.append(time.thread_time() - c0)
         pgs.append(meter.stop())
-    return {"range": range_name, "engines": len(made.engines), "models": len(made.models),
-            "resolution": made.resolution,
-            "stretches": [f"{s.resolution} {s.lo:%m-%d %H:%M:%S}-{s.hi:%m-%d %H:%M:%S}"
-                          for s in made.stretches],
-            "wall_s_p50": round(statistics.median(walls), 3), "wall_s_max": round(max(walls), 3),
-            "python_cpu_s": round(statistics.median(cpus), 3),
-            "postgres_cpu_s": round(statistics.median(pgs), 3), "n": repeat}
+    return walls, cpus, pgs
 
 
 def measure_ranges(end: datetime, repeat: int) -> list[dict]:
@@ -358,20 +380,28 @@ def main(argv=None) -> int:
         print(f"  {report['build_days']}", flush=True)
     print("reports with the 1-day rollups:", flush=True)
     report["reports"] = measure_ranges(end, args.repeat)
-    print("statements of one 30-day report:", flush=True)
-    report["statements"] = [explain(sql, params) for sql, params in statements(end)]
-    for item in report["statements"]:
-        print(f"  {item['ms']:>8} ms  {item['rows']} rows  {item['nodes']}\n"
-              f"             {item['sql']}", flush=True)
+    # What a request without ``end`` gets while the rollup task keeps up (default_end).
+    built = datetime.fromtimestamp(when["hour_mark"], UTC)
+    print(f"ending where the 1-hour rollups do ({built.isoformat()}), the default end:",
+          flush=True)
+    report["rollup_end"] = measure_ranges(built, args.repeat)
+    for label, at in (("end", end), ("rollup_end", built)):
+        print(f"statements of one 30-day report ending at {at.isoformat()}:", flush=True)
+        report[f"statements_{label}"] = [explain(sql, params) for sql, params in statements(at)]
+        for item in report[f"statements_{label}"]:
+            print(f"  {item['ms']:>8} ms  {item['rows']} rows  {item['nodes']}\n"
+                  f"             {item['sql']}", flush=True)
     report["loadavg_after"] = os.getloadavg()
     print(f"machine: {report['machine']}; load average before {report['loadavg_before']}, "
           f"after {report['loadavg_after']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str))
-    whole = report["reports"][0]
-    print(f"target at {whole['engines']} engines: 30-day report p50 {whole['wall_s_p50']} s, "
-          f"max {whole['wall_s_max']} s (< {TARGET_S}): "
-          f"{'met' if whole['wall_s_max'] < TARGET_S else 'NOT met'}")
+    for label, key in (("ending at a given second", "reports"),
+                       ("ending where the 1-hour rollups do", "rollup_end")):
+        whole = report[key][0]
+        print(f"target at {whole['engines']} engines, {label}: 30-day report p50 "
+              f"{whole['wall_s_p50']} s, max {whole['wall_s_max']} s (< {TARGET_S}): "
+              f"{'met' if whole['wall_s_max'] < TARGET_S else 'NOT met'}")
     return 0
 
 
