@@ -35,8 +35,11 @@ import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import psutil
 
 from tests.bench import harness, history_data
 from tests.bench.export_prometheus import PostgresCpu
@@ -279,15 +282,48 @@ def measure(range_name: str, end: datetime, repeat: int) -> dict:
 def _runs(report, range_name: str, end: datetime, repeat: int):
     walls, cpus, pgs = [], [], []
     for _ in range(repeat):
-        meter = PostgresCpu()
+        meter = ReportCpu()
         meter.start()
-        # This thread's CPU: the meter's own thread polls PostgreSQL's processes meanwhile.
-        t0, c0 = time.perf_counter(), time.thread_time()
+        # The process's CPU (the report reads the GPUs on a thread of its own) less the
+        # meter's own thread, which polls PostgreSQL's processes meanwhile.
+        t0, c0 = time.perf_counter(), time.process_time()
         report(range_name, end)
         walls.append(time.perf_counter() - t0)
-        cpus.append(time.thread_time() - c0)
+        c1 = time.process_time()
         pgs.append(meter.stop())
+        cpus.append(c1 - c0 - meter.own_cpu)
     return walls, cpus, pgs
+
+
+class ReportCpu(PostgresCpu):
+    """PostgresCpu, and the bench database's backends that connect while it runs (the
+    report's second connection, closed after) with their parallel workers, each counted up
+    to its last reading; ``own_cpu``: this meter's polling thread's CPU."""
+
+    own_cpu = 0.0
+
+    def _run(self) -> None:
+        started, workers = time.thread_time(), {}
+        while not self.stopping.wait(self.every):
+            for child in self.postmaster.children():
+                if child.pid not in self.leaders and child.pid not in workers:
+                    self._adopt(child, workers)
+            for pid, proc in list(workers.items()):
+                cpu = self._cpu(proc)
+                if cpu is None:
+                    del workers[pid]
+                else:
+                    self.last_cpu[pid] = cpu
+        self.own_cpu = time.thread_time() - started
+
+    def _adopt(self, child: psutil.Process, workers: dict) -> None:
+        with suppress(psutil.Error):
+            title = " ".join(child.cmdline())
+            leader = title.rpartition("parallel worker for PID ")[2].strip()
+            ours = leader.isdigit() and (int(leader) in self.leaders or int(leader) in workers)
+            if ours or f" {harness.BENCH_DB} " in title:
+                workers[child.pid] = child
+                self.start_cpu.setdefault(child.pid, 0.0)
 
 
 def measure_ranges(end: datetime, repeat: int) -> list[dict]:
