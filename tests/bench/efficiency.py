@@ -42,7 +42,7 @@ from pathlib import Path
 import psutil
 
 from tests.bench import harness, history_data
-from tests.bench.export_prometheus import PostgresCpu
+from tests.bench.export_prometheus import PostgresCpu, create_fleet
 from tests.bench.history import relay
 
 GPUS_PER_HOST, ENGINES_PER_HOST = 8, 2
@@ -66,29 +66,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # -- load -------------------------------------------------------------------------------------
-
-def create_fleet(hosts: int) -> dict:
-    from controlplane.fleet.models import Engine, Gpu, Host
-    from controlplane.telemetry.models import HistogramLayout
-
-    layout = HistogramLayout.objects.get_or_create(
-        bounds=[0.001 * 2 ** i for i in range(history_data.BUCKETS)])[0].id
-    made = Host.objects.bulk_create(
-        Host(hostname=f"gpu-{h:04d}.bench.example", cpu_count=128, mem_total_bytes=2 * 2**40)
-        for h in range(hosts))
-    gpus = Gpu.objects.bulk_create(
-        Gpu(host=host, index=i, uuid=f"GPU-{h:04d}{i:04d}-5c1a-4a2f-9c1d-7f3e8d9b0000",
-            name="NVIDIA H200", mem_total_bytes=143771156480)
-        for h, host in enumerate(made) for i in range(GPUS_PER_HOST))
-    per_engine = GPUS_PER_HOST // ENGINES_PER_HOST
-    engines = Engine.objects.bulk_create(
-        Engine(host=host, name=f"vllm:{8000 + j}/0", model=MODELS[(h + j) % len(MODELS)],
-               gpu_uuids=[g.uuid for g in gpus[h * GPUS_PER_HOST + j * per_engine:
-                                                h * GPUS_PER_HOST + (j + 1) * per_engine]])
-        for h, host in enumerate(made) for j in range(ENGINES_PER_HOST))
-    return {"hosts": [h.id for h in made], "gpus": [g.id for g in gpus],
-            "engines": [e.id for e in engines], "layout": layout}
-
 
 def entities(fleet: dict) -> dict[str, list[tuple]]:
     """(key, host index, entity index, x) per entity, as history_data.rows_sql takes them."""
@@ -393,7 +370,7 @@ def main(argv=None) -> int:
     if when is None:
         print(f"creating {args.hosts} hosts, {args.hosts * GPUS_PER_HOST} GPUs, "
               f"{args.hosts * ENGINES_PER_HOST} engines ...", flush=True)
-        fleet = create_fleet(args.hosts)
+        fleet = create_fleet(args.hosts, ENGINES_PER_HOST, MODELS, deployments=False)
         when = timeline(time.time())
         print("loading 30 days of 1-hour rollups, the edges' 1-minute and raw rows ...",
               flush=True)

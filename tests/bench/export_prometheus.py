@@ -90,7 +90,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # -- load -------------------------------------------------------------------------------------
 
-def create_fleet(hosts: int) -> dict:
+def create_fleet(hosts: int, engines_per_host: int = 1, models: tuple[str, ...] = MODELS,
+                 deployments: bool = True) -> dict:
+    """Hosts of 8 H200s through the ORM in bulk, each GPU in one of its host's engines (they
+    split the GPUs evenly); with ``deployments``, every other host's engines are run by one."""
     from controlplane.fleet.models import Deployment, Engine, Gpu, Host
     from controlplane.telemetry.models import HistogramLayout
 
@@ -103,14 +106,18 @@ def create_fleet(hosts: int) -> dict:
         Gpu(host=host, index=i, uuid=f"GPU-{h:04d}{i:04d}-5c1a-4a2f-9c1d-7f3e8d9b0000",
             name="NVIDIA H200", mem_total_bytes=143771156480)
         for h, host in enumerate(made) for i in range(GPUS_PER_HOST))
+    per_engine = GPUS_PER_HOST // engines_per_host
     engines = Engine.objects.bulk_create(
-        Engine(host=host, name="vllm:8000/0", model=MODELS[h % 2],
-               gpu_uuids=[g.uuid for g in gpus[h * GPUS_PER_HOST:(h + 1) * GPUS_PER_HOST]])
-        for h, host in enumerate(made))
-    Deployment.objects.bulk_create(
-        Deployment(host=host, name=f"serve-{h % 10}", model=MODELS[h % 2], port=8000,
-                   gpu_indices=list(range(GPUS_PER_HOST)), vllm_version="0.11.0")
-        for h, host in enumerate(made) if h % 2 == 0)
+        Engine(host=host, name=f"vllm:{8000 + j}/0", model=models[(h + j) % len(models)],
+               gpu_uuids=[g.uuid for g in gpus[h * GPUS_PER_HOST + j * per_engine:
+                                                h * GPUS_PER_HOST + (j + 1) * per_engine]])
+        for h, host in enumerate(made) for j in range(engines_per_host))
+    if deployments:
+        Deployment.objects.bulk_create(
+            Deployment(host=host, name=f"serve-{h % 10}", model=models[h % len(models)],
+                       port=8000, gpu_indices=list(range(GPUS_PER_HOST)),
+                       vllm_version="0.11.0")
+            for h, host in enumerate(made) if h % 2 == 0)
     return {"hosts": [h.id for h in made], "gpus": [g.id for g in gpus],
             "engines": [e.id for e in engines], "layout": layout}
 
