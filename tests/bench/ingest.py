@@ -33,6 +33,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=30.0, help="measured seconds")
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between batches")
+    parser.add_argument("--batches-per-request", type=int, default=1, metavar="N",
+                        help="each agent sends N batches (N intervals' samples) in one "
+                             "request every N intervals, as with the agent's --send-interval")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var" / "bench" /
@@ -106,7 +109,9 @@ async def drive(args, agents, server_pid) -> dict:
     self_cpu = harness.CpuMeter(lambda: [psutil.Process()])
     sampler = ingest_tail.Sampler()
     tasks = [asyncio.create_task(loadgen.run_agent(a, args.port, args.interval, until,
-                                                   measure_from, results)) for a in agents]
+                                                   measure_from, results,
+                                                   args.batches_per_request))
+             for a in agents]
     await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
     rows_before = await asyncio.to_thread(count_rows)
     for meter in (server_cpu, pg_cpu, self_cpu):
@@ -134,7 +139,9 @@ def summarise(args, results, elapsed, cpu, before, after) -> dict:
         "machine": harness.machine(), "agents": args.agents, "gpus_per_agent": args.gpus,
         "protocol": args.protocol,
         "workers": args.workers, "interval_s": args.interval, "measured_s": round(elapsed, 1),
-        "batches_per_s": round(results.ok / elapsed, 1),
+        "batches_per_request": args.batches_per_request,
+        "batches_per_s": round(results.batches / elapsed, 1),
+        "requests_per_s": round(results.ok / elapsed, 1),
         "gpu_rows_per_s": round(stored["gpu"] / elapsed, 1),
         "values_per_s": round(values / elapsed, 1),
         "latency_ms": {q: round(harness.percentile(lat, p) * 1000, 1)

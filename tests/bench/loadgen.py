@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from agents.protocol import to_columns
+from agents.spool import join_batches
 
 GPU_VALUES = {
     "mem_used_bytes": 72 * 2**30, "mem_total_bytes": 80 * 2**30, "util_pct": 97.0,
@@ -91,10 +92,20 @@ class Agent:
     def _wire(self, body: dict) -> dict:
         return to_columns(body) if self.protocol == 2 else body
 
-    def next_body(self) -> bytes:
+    def next_body(self, batches: int = 1, interval: float = 1.0) -> bytes:
+        """The next request: one batch, or ``batches`` consecutive ones sampled ``interval``
+        apart (the newest now) in one v2 multi-batch body, as an agent that sends less often
+        than it samples does."""
+        if batches == 1:
+            return self._batch(time.time())
+        now = time.time()
+        return join_batches([self._batch(now - (batches - 1 - k) * interval)
+                             for k in range(batches)])
+
+    def _batch(self, ts: float) -> bytes:
         self.seq += 1
         return b"".join((self.head, str(self.seq).encode(), self.middle,
-                         repr(time.time()).encode(), self.tail))
+                         repr(ts).encode(), self.tail))
 
 
 @dataclass
@@ -102,7 +113,8 @@ class Results:
     latencies: list[float] = field(default_factory=list)
     sent: list[float] = field(default_factory=list)  # monotonic send instant of each latency
     errors: dict[str, int] = field(default_factory=dict)
-    ok: int = 0
+    ok: int = 0  # requests answered 200
+    batches: int = 0  # the batches those requests carried
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -127,6 +139,9 @@ class Connection:
             b"Content-Type: application/json\r\nAuthorization: Bearer ", token.encode(),
             b"\r\nContent-Length: ", str(len(body)).encode(), b"\r\n\r\n", body)))
         status_line = await self.reader.readline()
+        if not status_line:  # the server closed the kept-alive connection (idle too long)
+            self.close()
+            raise ConnectionResetError("the server closed the connection")
         headers = {}
         while True:
             line = await self.reader.readline()
@@ -145,17 +160,32 @@ class Connection:
             self.writer = None
 
 
+async def post_once_more_if_stale(conn: Connection, token: str,
+                                  body: bytes) -> tuple[int, bytes]:
+    """As the agent does: a kept-alive connection the server closed while it idled (uvicorn's
+    keep-alive is 5 s; an agent sending every 5 s or more meets it) is retried once, fresh."""
+    reused = conn.writer is not None
+    try:
+        return await conn.post(token, body)
+    except (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError):
+        conn.close()
+        if not reused:
+            raise
+        return await conn.post(token, body)
+
+
 async def run_agent(agent: Agent, port: int, interval: float, until: float,
-                    measure_from: float, results: Results) -> None:
+                    measure_from: float, results: Results, batches_per_request: int = 1) -> None:
     conn = Connection(port)
-    # Spread the agents over the interval, as real agents started at random moments are.
-    await asyncio.sleep(random.random() * interval)
+    # Spread the agents over their sending period, as real agents started at random moments
+    # are.
+    await asyncio.sleep(random.random() * interval * batches_per_request)
     next_at = time.monotonic()
     while next_at < until:
-        body = agent.next_body()
+        body = agent.next_body(batches_per_request, interval)
         started = time.monotonic()
         try:
-            status, payload = await conn.post(agent.token, body)
+            status, payload = await post_once_more_if_stale(conn, agent.token, body)
         except (OSError, asyncio.IncompleteReadError) as exc:
             conn.close()
             if started >= measure_from:
@@ -164,11 +194,12 @@ async def run_agent(agent: Agent, port: int, interval: float, until: float,
             if started >= measure_from:
                 if status == 200:
                     results.ok += 1
+                    results.batches += batches_per_request
                     results.latencies.append(time.monotonic() - started)
                     results.sent.append(started)
                 else:
                     results.error(f"HTTP {status}: {payload[:80]!r}")
-        next_at += interval
+        next_at += interval * batches_per_request
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
     conn.close()
 
