@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
+from controlplane.alerts.arrays import array_literal
 from controlplane.alerts.fleet_names import FleetNames
 from controlplane.alerts.models import Alert, AlertEvent, AlertRule, AlertState
 from controlplane.alerts.queries import Hit, Hits
@@ -134,22 +134,6 @@ def _alert_row(row: tuple) -> AlertRow:
         if row[i] is not None:
             row[i] = UNIX_EPOCH + timedelta(microseconds=row[i])
     return AlertRow(*row)
-
-
-def array_literal(values: Iterable) -> str:
-    """A PostgreSQL array literal, built as one string: psycopg dumps a list element by
-    element in Python, which was a fifth of a storm cycle's state half."""
-    return "{" + ",".join(_element(v) for v in values) + "}"
-
-
-def _element(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, datetime):
-        return f'"{value.isoformat()}"'
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(value)  # int, float (nan and inf read as NaN and Infinity)
 
 
 def apply_hits(rules: list[AlertRule], hits: Hits, now: datetime,
