@@ -270,6 +270,19 @@ def measure_dispatch(end: datetime) -> dict:
     return out
 
 
+def vacuum_alerts() -> None:
+    """A rerun deletes the alerts and the storm makes ~40,000 again: without a VACUUM (CI's
+    PostgreSQL runs with autovacuum off) their dead rows pile up run after run, and a storm
+    cycle measured 1.96 s against a million of them where the vacuumed table gave 1.40 s."""
+    from django.db import connection
+
+    from controlplane.alerts.models import Alert, AlertEvent
+
+    with connection.cursor() as cursor:
+        for model in (Alert, AlertEvent):
+            cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     harness.open_bench_database(reuse=args.reuse)
@@ -282,6 +295,7 @@ def main(argv=None) -> int:
         report["load"] = json.loads(state_file.read_text())
         Alert.objects.all().delete()
         AlertRule.objects.update(last_evaluated_at=None)
+        vacuum_alerts()
     else:
         end = datetime.now(UTC).replace(microsecond=0)
         print(f"loading {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {args.minutes} min at "
