@@ -42,7 +42,7 @@ from pathlib import Path
 import psutil
 
 from tests.bench import harness, history_data
-from tests.bench.export_prometheus import PostgresCpu, create_fleet
+from tests.bench.export_prometheus import PostgresCpu, create_fleet, explain
 from tests.bench.history import relay
 
 GPUS_PER_HOST, ENGINES_PER_HOST = 8, 2
@@ -328,33 +328,6 @@ def statements(end: datetime) -> list[tuple[str, list]]:
             and not sql.lstrip().upper().startswith(("SAVEPOINT", "RELEASE"))]
 
 
-def explain(sql: str, params) -> dict:
-    from django.db import connection, transaction
-
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('jit', 'off', true)")
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
-        plan = cursor.fetchone()[0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    nodes: list[str] = []
-
-    def walk(node: dict) -> None:
-        name = node["Node Type"]
-        if "Index Name" in node:
-            name += f" using {node['Index Name']}"
-        elif "Relation Name" in node:
-            name += f" on {node['Relation Name']}"
-        nodes.append(name)
-        for child in node.get("Plans", ()):
-            walk(child)
-
-    walk(plan[0]["Plan"])
-    top = plan[0]["Plan"]
-    return {"sql": " ".join(sql.split())[:150], "ms": round(plan[0]["Execution Time"], 1),
-            "rows": top.get("Actual Rows"), "shared_hit": top.get("Shared Hit Blocks"),
-            "shared_read": top.get("Shared Read Blocks"), "nodes": sorted(set(nodes))[:6]}
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     harness.open_bench_database(reuse=args.reuse)
@@ -400,7 +373,8 @@ def main(argv=None) -> int:
     report["rollup_end"] = measure_ranges(built, args.repeat)
     for label, at in (("end", end), ("rollup_end", built)):
         print(f"statements of one 30-day report ending at {at.isoformat()}:", flush=True)
-        report[f"statements_{label}"] = [explain(sql, params) for sql, params in statements(at)]
+        report[f"statements_{label}"] = [explain(sql, params, jit=False)
+                                          for sql, params in statements(at)]
         for item in report[f"statements_{label}"]:
             print(f"  {item['ms']:>8} ms  {item['rows']} rows  {item['nodes']}\n"
                   f"             {item['sql']}", flush=True)
