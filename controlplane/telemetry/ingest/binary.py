@@ -17,9 +17,10 @@ as length + value.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
 
 import numpy as np
+
+from controlplane.telemetry.ingest.tables import Column, rows_of
 
 PG_EPOCH = 946684800.0  # 2000-01-01T00:00:00Z in unix seconds
 HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
@@ -31,7 +32,6 @@ SCALARS = {"int2": ">i2", "int4": ">i4", "int8": ">i8", "float4": ">f4", "float8
 ARRAYS = {"int2[]": (">i2", 21), "int4[]": (">i4", 23), "float4[]": (">f4", 700)}
 
 NULL = -1  # a column's shape in a group: NULL, a scalar (0), or an array's length + 1
-Column = Sequence | None  # one value per row, or None: NULL in every row
 
 
 def null_counts(columns: Sequence[Column], length: int) -> list[int]:
@@ -57,8 +57,7 @@ def encode_columns(types: list[str], columns: Sequence[Column], length: int,
     shapes = [_shape(t, c, n, length) for t, c, n in zip(types, columns, nulls, strict=True)]
     if None not in shapes:
         return HEADER + _encode_group(types, columns, tuple(shapes), length) + TRAILER
-    rows = list(zip(*(repeat(None, length) if c is None else c for c in columns),
-                    strict=False))
+    rows = rows_of(columns, length)
     return HEADER + b"".join(_encode_group(types, list(zip(*run, strict=True)), shape, len(run))
                              for shape, run in _runs(types, rows)) + TRAILER
 

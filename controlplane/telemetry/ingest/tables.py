@@ -22,6 +22,12 @@ TS_INDEX = {t.name: len(t.keys) for t in TABLES.values()}
 WIDTH = {t.name: len(t.all_columns) for t in TABLES.values()}
 
 
+def rows_of(columns: Sequence[Column], length: int) -> list[tuple]:
+    """``length`` row tuples from ``columns`` (a None column: NULL in every row)."""
+    return list(zip(*(repeat(None, length) if c is None else c for c in columns),
+                    strict=False))
+
+
 @dataclass(frozen=True, slots=True)
 class TableColumns:
     """One table's rows, as columns in the table's column order (keys, ts, values)."""
@@ -41,8 +47,7 @@ class TableColumns:
         return self.columns[TS_INDEX[self.table]]  # type: ignore[return-value]
 
     def rows(self) -> list[tuple]:
-        return list(zip(*(repeat(None, self.length) if c is None else c
-                          for c in self.columns), strict=False))
+        return rows_of(self.columns, self.length)
 
     @classmethod
     def from_rows(cls, table: str, rows: list[tuple]) -> TableColumns:
