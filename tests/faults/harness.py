@@ -104,12 +104,19 @@ class PrivatePostgres:
     def stall(self) -> None:
         """Freeze every process of the cluster (SIGSTOP): connections stay open, nothing
         answers; the closest thing to a server stuck on a dead disk."""
-        for pid in self.pids():
-            os.kill(pid, signal.SIGSTOP)
+        self._signal_all(signal.SIGSTOP)
 
     def resume(self) -> None:
+        self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, sig: int) -> None:
+        # A backend may end between the listing and its signal (a client that just closed
+        # its connection): it needs no signal any more.
         for pid in self.pids():
-            os.kill(pid, signal.SIGCONT)
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
 
     def answers(self) -> bool:
         try:
