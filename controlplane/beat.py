@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -60,11 +61,14 @@ BEAT_TRANSPORT = {"socket_connect_timeout": 2, "socket_timeout": 3}
 
 
 def _evaluate() -> None:
-    from controlplane.alerts.evaluate import evaluate
-    from controlplane.alerts.tasks import NOTIFIED
+    from controlplane.alerts.evaluate import evaluate_held
+    from controlplane.alerts.tasks import NOTIFIED, evaluator_name
 
-    result = evaluate()
-    if any(to in NOTIFIED for *_, to in result.transitions):
+    # With evaluator shards, beat is one more evaluator: it takes the shards whose workers
+    # stopped renewing them (no tick reaches a worker without the broker), and gives them
+    # back by letting the leases lapse once the workers evaluate again.
+    results = evaluate_held(evaluator_name(f"beat@{socket.gethostname()}"))
+    if any(to in NOTIFIED for result in results for *_, to in result.transitions):
         _dispatch()  # as the task does, at once instead of at the next dispatch tick
 
 

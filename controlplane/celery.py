@@ -7,6 +7,8 @@ import os
 
 from celery import Celery
 from django.conf import settings
+from kombu import Queue
+from kombu.common import Broadcast
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
@@ -18,6 +20,26 @@ app.autodiscover_tasks(["controlplane.alerts.delivery"])
 # While Redis (the broker) is unreachable, beat runs the alert cycle itself and the other
 # periodic tasks wait for it (controlplane/beat.py, docs/alerts.md "Redis down").
 app.conf.beat_scheduler = "controlplane.beat:Scheduler"
+
+
+# With evaluator shards every worker must hear each evaluation tick, since each evaluates the
+# shards it holds (alerts/leases.py): the tick goes to a broadcast queue (a fanout exchange,
+# which Redis carries), which every worker consumes beside the default queue.
+EVALUATION_BROADCAST = "pitwall.alerts.evaluate"
+# Its routing key, given on both sides: Redis subscribes a worker to the exchange and key it
+# is bound with, and a publish without the key would go to another channel.
+EVALUATION_QUEUE = Broadcast(EVALUATION_BROADCAST, routing_key=EVALUATION_BROADCAST)
+
+
+def sharded() -> bool:
+    return settings.PITWALL["ALERT_EVAL_SHARDS"] > 1
+
+
+def task_queues() -> dict:
+    """The worker's queues: Celery's default alone, or with it the evaluation broadcast."""
+    if not sharded():
+        return {}
+    return {"task_queues": (Queue(app.conf.task_default_queue), EVALUATION_QUEUE)}
 
 
 def every(task: str, seconds: float, *, expires: bool = True) -> dict:
@@ -38,13 +60,21 @@ def beat_schedule() -> dict:
     dispatch_s = float(pitwall["ALERT_DISPATCH_INTERVAL_S"])
     tuning_s = float(pitwall["TUNING_INTERVAL_S"])
     service_s = float(pitwall["SERVICE_TICK_S"])
+    evaluation = every("controlplane.alerts.tasks.evaluate_rules", evaluate_s)
+    if sharded():
+        # Redis carries a fanout only when the publishing channel has declared the exchange as
+        # one (Celery declares no broadcast exchange itself): else the tick goes to a list
+        # that no worker reads.
+        evaluation["options"].update(queue=EVALUATION_BROADCAST, exchange=EVALUATION_BROADCAST,
+                                     routing_key=EVALUATION_BROADCAST,
+                                     declare=[EVALUATION_QUEUE.exchange])
     return {
         "maintain-partitions": every("controlplane.telemetry.tasks.maintain_partitions", 3600.0,
                                      expires=False),
         "roll-up": every("controlplane.telemetry.tasks.roll_up", rollup_s, expires=False),
         "pack-history": every("controlplane.telemetry.tasks.pack_history", pack_s,
                               expires=False),
-        "evaluate-alert-rules": every("controlplane.alerts.tasks.evaluate_rules", evaluate_s),
+        "evaluate-alert-rules": evaluation,
         # Notifications: group firing/resolved alerts per route, then deliver the due rows.
         "dispatch-notifications": every(
             "controlplane.alerts.delivery.tasks.dispatch_notifications", dispatch_s),
@@ -62,4 +92,4 @@ def beat_schedule() -> dict:
 # A promise, evaluated when Celery first reads its configuration (Django's settings are loaded
 # by then): this module is imported while they are being loaded (controlplane/__init__.py), so
 # it must not read them itself. An explicit app.conf.beat_schedule still wins.
-app.add_defaults(lambda: {"beat_schedule": beat_schedule()})
+app.add_defaults(lambda: {"beat_schedule": beat_schedule(), **task_queues()})

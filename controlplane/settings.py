@@ -403,6 +403,11 @@ PITWALL = {
     # Connections one evaluation cycle runs on side by side, each over a shard of the hosts
     # (host id mod lanes, alerts/shards.py): about the cores PostgreSQL can give it.
     "ALERT_EVAL_LANES": envint("PITWALL_ALERT_EVAL_LANES", 2, minimum=1),
+    # Evaluator shards (alerts/leases.py): 1, the whole fleet in one evaluating process; n > 1
+    # cuts it by host id mod n over the workers, each shard held by one worker for a lease
+    # renewed every cycle (0: two evaluation intervals) and taken over when that lapses.
+    "ALERT_EVAL_SHARDS": envint("PITWALL_ALERT_EVAL_SHARDS", 1, minimum=1),
+    "ALERT_EVAL_LEASE_S": envint("PITWALL_ALERT_EVAL_LEASE_S", 0, minimum=0),
     # Beat's dispatch_notifications and deliver_due ticks.
     "ALERT_DISPATCH_INTERVAL_S": envint("PITWALL_ALERT_DISPATCH_INTERVAL_S", 5, minimum=1),
     "ALERT_TTFT_P99_OBJECTIVE_MS": envint("PITWALL_ALERT_TTFT_P99_OBJECTIVE_MS", 2000, minimum=1),

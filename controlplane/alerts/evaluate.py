@@ -24,17 +24,18 @@ from django.db import InterfaceError, connection, transaction
 from django.utils import timezone
 
 from agents.protocol import Entity
+from controlplane.alerts import leases
 from controlplane.alerts.apply import apply_hits
 from controlplane.alerts.compiled import compile_matchers, matches_all
 from controlplane.alerts.fleet_names import FleetNames
 from controlplane.alerts.metrics import CYCLE_SECONDS, RULE_ERRORS
-from controlplane.alerts.models import AlertRule
+from controlplane.alerts.models import AlertRule, EvaluatorShard, ShardClaim
 from controlplane.alerts.named_kinds import NAMED
 from controlplane.alerts.named_kinds import add_needs as NAMED_NEEDS
 from controlplane.alerts.patterns import PatternError, glob_match
 from controlplane.alerts.queries import Cycle, Fleet, Hit, Hits, layouts_of, threshold_hits
 from controlplane.alerts.queries import add_needs as threshold_needs
-from controlplane.alerts.shards import Shard, shards
+from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.alerts.windows.needs import Needs
 from controlplane.alerts.windows.store import SliceStore, View, refresh_stores
 from controlplane.telemetry.series.histograms import max_buckets
@@ -57,31 +58,34 @@ class CycleResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-# This process's slices, kept between cycles (windows/store.py says when it trusts them).
-STORES: dict[Entity, SliceStore] = {}
+# This process's slices, kept between cycles (windows/store.py says when it trusts them), per
+# shard of the fleet it evaluates.
+STORES: dict[Shard, dict[Entity, SliceStore]] = {}
 
 
-def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> CycleResult:
+def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None,
+             shard: Shard = WHOLE) -> CycleResult:
+    """One cycle over ``shard`` of the fleet (the whole of it by default; an evaluator shard
+    is held by one worker at a time, ``leases.py``)."""
     now = now or timezone.now()
     # Other connections see only committed rows: inside a caller's transaction, one lane.
     lanes = 1 if connection.in_atomic_block else settings.PITWALL["ALERT_EVAL_LANES"]
     side_by_side = lanes > 1
     cycle_started = time.perf_counter()
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": LOCK_KEY})
-            if not cursor.fetchone()[0]:
-                return CycleResult(skipped=True)
-        rules = claim_rules(now, rule_ids)
+        if not _locked(shard):
+            return CycleResult(skipped=True)
+        rules = claim_rules(now, rule_ids) if shard.whole else \
+            claim_shard_rules(now, rule_ids, shard)
         result = CycleResult(rules=len(rules))
         hits = run_queries(rules, now, errors=result.errors, seconds=result.seconds,
-                           side_by_side=side_by_side)
+                           side_by_side=side_by_side, shard=shard)
         hits = scoped([r for r in rules if r.id not in result.errors], hits,
                       errors=result.errors)
         live = [r for r in rules if r.id not in result.errors]
         result.hits = sum(len(hits.get(r.id, [])) for r in live)
         started = time.perf_counter()
-        for transitions, errors in _in_lanes(live, hits, now, shards(lanes)):
+        for transitions, errors in _in_lanes(live, hits, now, shard.lanes(lanes)):
             result.transitions += transitions
             for rule_id, error in errors.items():
                 result.errors.setdefault(rule_id, error)
@@ -90,6 +94,32 @@ def evaluate(now: datetime | None = None, rule_ids: list[int] | None = None) -> 
     CYCLE_SECONDS.observe(time.perf_counter() - cycle_started)
     RULE_ERRORS.inc(len(result.errors))
     return result
+
+
+def _locked(shard: Shard) -> bool:
+    """The cycle's lock, for the transaction: the whole fleet's, or one shard's (two int4
+    keys); a second evaluator of the same skips instead of queueing behind it."""
+    with connection.cursor() as cursor:
+        if shard.whole:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%(key)s)", {"key": LOCK_KEY})
+        else:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%(key)s::int4, %(shard)s::int4)",
+                           {"key": LOCK_KEY, "shard": shard.index})
+        return cursor.fetchone()[0]
+
+
+def evaluate_held(owner: str, now: datetime | None = None) -> list[CycleResult]:
+    """The cycles of this evaluator: the whole fleet, or with ``PITWALL_ALERT_EVAL_SHARDS``
+    > 1 each shard ``owner`` holds (``leases.hold``), one after the other, then the leases
+    renewed from the end of the last."""
+    n = settings.PITWALL["ALERT_EVAL_SHARDS"]
+    if n <= 1:
+        return [evaluate(now)]
+    held = leases.hold(owner, n)
+    results = [evaluate(now, shard=Shard(index, n)) for index in held]
+    if held:
+        leases.renew(owner, held)
+    return results
 
 
 def record_errors(rules: list[AlertRule], errors: Errors, now: datetime) -> None:
@@ -102,10 +132,34 @@ def record_errors(rules: list[AlertRule], errors: Errors, now: datetime) -> None
         AlertRule.objects.filter(id__in=cleared).update(last_error="", last_error_at=None)
 
 
+def _enabled(rule_ids: list[int] | None):
+    rules = AlertRule.objects.filter(enabled=True)
+    return rules if rule_ids is None else rules.filter(id__in=rule_ids)
+
+
+def claim_shard_rules(now: datetime, rule_ids: list[int] | None,
+                      shard: Shard) -> list[AlertRule]:
+    """``claim_rules`` for one evaluator shard: the claims are the shard's own rows
+    (``ShardClaim``), so shards never wait on each other's rule rows. Shard 0 also keeps
+    ``AlertRule.last_evaluated_at``, which pages and the API show."""
+    claims = ShardClaim.objects.filter(shards=shard.of, index=shard.index)
+    previous = dict(claims.filter(rule__enabled=True).values_list("rule_id", "evaluated_at"))
+    rules = [r for r in _enabled(rule_ids) if previous.get(r.id) is None
+             or previous[r.id] < now]
+    ShardClaim.objects.bulk_create(
+        [ShardClaim(shards=shard.of, index=shard.index, rule_id=r.id, evaluated_at=now)
+         for r in rules], update_conflicts=True, unique_fields=["shards", "index", "rule"],
+        update_fields=["evaluated_at"])
+    for rule in rules:
+        rule.previous_cycle_at = previous.get(rule.id)
+    if shard.index == 0 and rules:
+        AlertRule.objects.filter(id__in=[r.id for r in rules]).update(last_evaluated_at=now)
+    EvaluatorShard.objects.filter(index=shard.index).update(evaluated_at=now)
+    return rules
+
+
 def claim_rules(now: datetime, rule_ids: list[int] | None) -> list[AlertRule]:
-    rules = AlertRule.objects.filter(enabled=True).exclude(last_evaluated_at__gte=now)
-    if rule_ids is not None:
-        rules = rules.filter(id__in=rule_ids)
+    rules = _enabled(rule_ids).exclude(last_evaluated_at__gte=now)
     previous = dict(rules.values_list("id", "last_evaluated_at"))
     AlertRule.objects.filter(id__in=previous).update(last_evaluated_at=now)
     claimed = list(AlertRule.objects.filter(id__in=previous))
@@ -183,16 +237,17 @@ def failed(errors: Errors, rule: AlertRule, exc: Exception, where: str = "") -> 
 def run_queries(rules: list[AlertRule], now: datetime,
                 stores: dict[Entity, SliceStore] | None = None,
                 errors: Errors | None = None, seconds: dict[str, float] | None = None,
-                side_by_side: bool = False) -> Hits:
-    """Bring the slices up to ``now`` (``stores``: this process's by default; a preview
-    passes empty ones of its own, which are neither trusted nor recorded), then every rule's
-    hits. With ``errors``, a rule that fails is recorded there and left out instead of
-    failing them all. ``seconds``: where to add the wall time of the slices and the rules.
-    ``side_by_side``: read raw rows on two connections (``refresh_stores``)."""
+                side_by_side: bool = False, shard: Shard = WHOLE) -> Hits:
+    """Bring the slices up to ``now`` (``stores``: this process's for ``shard`` by default;
+    a preview passes empty ones of its own, which are neither trusted nor recorded), then
+    every rule's hits on the shard's targets. With ``errors``, a rule that fails is recorded
+    there and left out instead of failing them all. ``seconds``: where to add the wall time
+    of the slices and the rules. ``side_by_side``: read raw rows on two connections
+    (``refresh_stores``)."""
     seconds = {} if seconds is None else seconds
     started = time.perf_counter()
     own = stores is None
-    stores = STORES if own else stores
+    stores = STORES.setdefault(shard, {}) if own else stores
     needs = Needs()
     for rule in rules:
         try:
@@ -205,8 +260,8 @@ def run_queries(rules: list[AlertRule], now: datetime,
     with connection.cursor() as cursor:
         built = needs.build(max_buckets(cursor))
         refresh_stores(cursor.cursor, stores, now, built, record=own,
-                       side_by_side=side_by_side)
-    cycle = Cycle(now, {e: View(stores[e], now) for e in built}, Fleet.load(),
+                       side_by_side=side_by_side, shard=shard)
+    cycle = Cycle(now, {e: View(stores[e], now) for e in built}, Fleet.load(shard),
                   layouts_of(built))
     seconds["slices"] = time.perf_counter() - started
     hits: Hits = {}

@@ -195,5 +195,53 @@ class Silence(models.Model):
 
     def __str__(self) -> str:
         return f"silence {self.id} by {self.author}"
+
+
+class EvaluatorShard(models.Model):
+    """One shard of the alert evaluation (hosts with ``id % shards == index``) and the
+    evaluator that holds it until ``lease_until`` (``leases.py``); rows past
+    ``PITWALL_ALERT_EVAL_SHARDS`` are left alone."""
+
+    index = models.PositiveIntegerField(primary_key=True)
+    owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True)
+    evaluated_at = models.DateTimeField(null=True)  # its newest cycle's instant
+
+    class Meta:
+        ordering = ["index"]
+
+    def __str__(self) -> str:
+        return f"evaluator shard {self.index} held by {self.owner or 'nobody'}"
+
+
+class Evaluator(models.Model):
+    """An evaluating process (a Celery worker node, or beat while the broker is down), seen
+    at each of its cycles: the live ones share the shards."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ShardClaim(models.Model):
+    """The claim of a rule's cycle in one shard, as ``AlertRule.last_evaluated_at`` is for the
+    whole fleet: a repeated cycle of the shard for the same instant does nothing, and the
+    previous instant is what the state machine counts ``keep_firing_for`` from."""
+
+    shards = models.PositiveIntegerField()
+    index = models.PositiveIntegerField()
+    rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="+")
+    evaluated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["shards", "index", "rule"],
+                                               name="shard_claim_unique")]
+
+    def __str__(self) -> str:
+        return f"rule {self.rule_id} in shard {self.index}/{self.shards} at {self.evaluated_at}"
+
+
 from controlplane.alerts.delivery.models import (  # noqa: E402,F401,I001
     AlertmanagerFeed, Channel, Notification, NotificationGroup, Route)

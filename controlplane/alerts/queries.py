@@ -25,6 +25,7 @@ from django.db import connection
 from agents.protocol import Entity
 from controlplane.alerts.models import Aggregation, AlertRule, Op
 from controlplane.alerts.rules import rule_metric
+from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.alerts.windows.aggregate import histogram_sums, rule_value
 from controlplane.alerts.windows.needs import Need, Needs
 from controlplane.alerts.windows.slices import first_slice
@@ -68,10 +69,12 @@ class Fleet:
     host_of_engine: dict[int, int]
 
     @classmethod
-    def load(cls) -> Fleet:
-        return cls({h for (h,) in fetch("SELECT id FROM fleet_host")},
-                   dict(fetch("SELECT id, host_id FROM fleet_gpu")),
-                   dict(fetch("SELECT id, host_id FROM fleet_engine")))
+    def load(cls, shard: Shard = WHOLE) -> Fleet:
+        """The shard's hosts, GPUs and engines (an evaluator shard's targets)."""
+        return cls({h for (h,) in fetch(f"SELECT id FROM fleet_host WHERE {shard.hosts('id')}")},
+                   dict(fetch(f"SELECT id, host_id FROM fleet_gpu WHERE {shard.hosts('host_id')}")),
+                   dict(fetch("SELECT id, host_id FROM fleet_engine "
+                              f"WHERE {shard.hosts('host_id')}")))
 
 
 @dataclass

@@ -1,9 +1,15 @@
-"""Shards of the fleet for the state half of a cycle: lanes that run side by side.
+"""Shards of the fleet: host ``h`` belongs to shard ``h % n``, and a host's GPUs, engines and
+processes go with the host.
 
-Reading and writing the alerts of a storm is SQL, and PostgreSQL runs one statement on one
-core. With ``PITWALL_ALERT_EVAL_LANES`` = n, host ``h`` belongs to shard ``h % n``: each shard
-steps the alerts of its hosts' targets on a connection and in a transaction of its own. A
-host's GPUs, engines and processes go with the host.
+Two uses, one rule:
+
+- **Evaluator shards** (``PITWALL_ALERT_EVAL_SHARDS`` = n, ``leases.py``): each evaluating
+  worker holds some of the n shards and runs a whole cycle for each: its hosts' raw rows, its
+  own slices, its hosts' alerts.
+- **Lanes** (``PITWALL_ALERT_EVAL_LANES``): within one cycle, the state half of a shard (or of
+  the whole fleet) is cut again, each lane stepping its hosts' alerts on a connection and in a
+  transaction of its own: reading and writing the alerts of a storm is SQL, and PostgreSQL
+  runs one statement on one core.
 """
 
 from __future__ import annotations
@@ -29,9 +35,21 @@ class Shard:
         """The same as ``hosts``, for a hit in Python."""
         return self.whole or (host_id or 0) % self.of == self.index
 
+    def lanes(self, n: int) -> list[Shard]:
+        """This shard cut into ``n``: host ``h`` of shard ``i`` of ``of`` is in lane ``k`` when
+        ``h % (of * n) == i + k * of`` (so each lane is a shard of ``of * n``)."""
+        if n <= 1:
+            return [self]
+        return [Shard(self.index + k * self.of, self.of * n) for k in range(n)]
+
+    @property
+    def name(self) -> str:
+        """``""`` for the whole fleet, else ``index/of``: what logs and records call it."""
+        return "" if self.whole else f"{self.index}/{self.of}"
+
 
 WHOLE = Shard()
 
 
 def shards(n: int) -> list[Shard]:
-    return [Shard(i, n) for i in range(n)] if n > 1 else [WHOLE]
+    return WHOLE.lanes(n)

@@ -64,14 +64,14 @@ class FromRaw:
 
 
 # The fleet table that places an entity keyed by an id of its own on its host.
-_OWNERS = {"gpu": ("fleet_gpu", "gpu_id"), "engine": ("fleet_engine", "engine_id")}
+OWNERS = {"gpu": ("fleet_gpu", "gpu_id"), "engine": ("fleet_engine", "engine_id")}
 
 
 def host_rows_join(entity: Entity, rows: str, span: str) -> str:
     """JOINs from ``d`` (a row per ``host_id``) to ``rows`` (an entity's rows, alias ``t``)
     within ``span``: host and process rows carry their host id, GPUs and engines go through
     their fleet table."""
-    owner = _OWNERS.get(entity)
+    owner = OWNERS.get(entity)
     if owner is None:
         return f"JOIN {rows} ON t.host_id = d.host_id AND {span}"
     owners, key = owner

@@ -9,6 +9,7 @@ from django.db import connection
 from controlplane.alerts.evaluate import STORES, evaluate
 from controlplane.alerts.models import Alert, AlertRule
 from controlplane.alerts.preview import preview
+from controlplane.alerts.shards import WHOLE
 from controlplane.telemetry.schema import TABLES
 from tests.support.alert_data import T0, make_node, rule, run, samples, ttft_layout
 
@@ -72,7 +73,8 @@ def test_a_preview_reads_raw_rows_as_of_the_request_not_the_evaluators_slices(em
     result = preview(draft(120), T0 + 4 * S)
 
     assert (result.count, result.now) == (0, T0 + 4 * S)  # built now, from no raw rows
-    assert STORES["gpu"].hi == T0 and STORES["gpu"].blocks  # the evaluator's, untouched
+    kept = STORES[WHOLE]["gpu"]
+    assert kept.hi == T0 and kept.blocks  # the evaluator's, untouched
 
 
 def test_a_preview_folding_only_its_metric_agrees_with_the_evaluator(node):

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 
 from controlplane.alerts import evaluate
 from controlplane.alerts.evaluate import STORES
+from controlplane.alerts.shards import WHOLE
 from controlplane.alerts.windows import store
 from controlplane.alerts.windows.fold import PART_NAMES, fold
 from controlplane.alerts.windows.raw import Reading, read
@@ -34,9 +35,9 @@ def spans(monkeypatch) -> list:
     """The (lo, hi] spans of raw rows each cycle reads, in order (the real read runs)."""
     seen = []
 
-    def spy(cursor, reading, lo, hi):
+    def spy(cursor, reading, lo, hi, shard=WHOLE):
         seen.append((reading.entity, lo, hi))
-        return read(cursor, reading, lo, hi)
+        return read(cursor, reading, lo, hi, shard)
 
     monkeypatch.setattr(store, "read", spy)
     return seen
@@ -68,7 +69,8 @@ def test_a_longer_window_adds_the_older_slices_and_keeps_the_others(node, spans)
     hot_then_cool(gpu)
     short = rule(metric="gpu.temp_c", aggregation="max", window_s=60, op=">", threshold=90)
     assert run_queries([short], T0)[short.id] == []
-    kept = {sid: b for sid, b in STORES["gpu"].blocks.items() if sid < micros(T0) // SLICE_US - 1}
+    kept = {sid: b for sid, b in STORES[WHOLE]["gpu"].blocks.items()
+            if sid < micros(T0) // SLICE_US - 1}
     assert kept
 
     long = rule(metric="gpu.temp_c", aggregation="max", window_s=300, op=">", threshold=90)
@@ -77,7 +79,7 @@ def test_a_longer_window_adds_the_older_slices_and_keeps_the_others(node, spans)
     # the 95 °C rows of T0-290 s … T0-200 s were folded for the new window
     assert [(h.gpu_id, h.value) for h in hits[long.id]] == [(gpu.id, 95.0)]
     # and the slices the shorter window had built were kept, not folded again
-    assert all(STORES["gpu"].blocks[sid] is block for sid, block in kept.items())
+    assert all(STORES[WHOLE]["gpu"].blocks[sid] is block for sid, block in kept.items())
     # the second cycle read the span before the old window and the newest seconds only
     assert covered(spans)[1:] == [("gpu", T0 - 290 * S, T0 - 60 * S),
                                   ("gpu", T0 - 10 * S, T0 + 10 * S)]

@@ -61,11 +61,13 @@ class Process:
 
 
 def celery_worker_and_beat(env: dict, log_dir: Path, *, concurrency: int = 2,
-                           loglevel: str = "warning") -> tuple[Process, Process]:
-    """A Celery worker and beat on ``env``'s broker, logging to ``log_dir``; stop beat first."""
+                           loglevel: str = "warning",
+                           name: str = "celery") -> tuple[Process, Process]:
+    """A Celery worker (node ``name@host``, given last on its command line) and beat on
+    ``env``'s broker, logging to ``log_dir``; stop beat first."""
     celery = [sys.executable, "-m", "celery", "-A", "controlplane"]
     worker = Process([*celery, "worker", "--concurrency", str(concurrency), "--loglevel",
-                      loglevel], env=env, log=log_dir / "worker.log")
+                      loglevel, "-n", f"{name}@%h"], env=env, log=log_dir / "worker.log")
     beat = Process([*celery, "beat", "--loglevel", loglevel, "--schedule",
                     str(log_dir / "beat-schedule")], env=env, log=log_dir / "beat.log")
     return worker, beat

@@ -18,7 +18,8 @@ import numpy as np
 import psycopg
 
 from agents.protocol import Entity, Metric
-from controlplane.telemetry.schema import TABLES, Column, SampleTable
+from controlplane.alerts.shards import WHOLE, Shard
+from controlplane.telemetry.schema import OWNERS, TABLES, Column, SampleTable
 
 # A one-dimensional array in binary: its number of dimensions, a has-nulls flag, the element
 # type, then the dimension's length and lower bound; then per element a length and the data.
@@ -81,18 +82,32 @@ def _fields(reading: Reading) -> list[tuple[str, str]]:
     return out
 
 
-def read_sql(reading: Reading) -> str:
-    """The rows in (%(lo)s, %(hi)s], each field aggregated into one binary array."""
+def read_sql(reading: Reading, shard: Shard = WHOLE) -> str:
+    """The rows in (%(lo)s, %(hi)s] of the shard's hosts, each field aggregated into one
+    binary array."""
     lines = ",\n  ".join(f"array_send(array_agg({sql}))" for sql, _ in _fields(reading))
     return (f"SELECT\n  {lines}\nFROM {reading.table.name} t\n"
-            f"WHERE t.ts > %(lo)s AND t.ts <= %(hi)s")
+            f"WHERE t.ts > %(lo)s AND t.ts <= %(hi)s{in_shard(reading.entity, shard)}")
 
 
-def read(cursor, reading: Reading, lo: datetime, hi: datetime) -> Rows:
-    """The rows of ``reading``'s table with lo < ts <= hi. ``cursor``: a psycopg cursor; the
-    statement runs on its connection with server-side binding, which binary results need."""
+def in_shard(entity: Entity, shard: Shard) -> str:
+    """SQL, `` AND …``: a row of ``t`` is of a host of the shard. GPU and engine rows carry
+    no host: their fleet table says it (a hashed semi-join on a few thousand ids)."""
+    if shard.whole:
+        return ""
+    owner = OWNERS.get(entity)
+    if owner is None:
+        return f" AND {shard.hosts('t.host_id')}"
+    table, key = owner
+    return f" AND t.{key} IN (SELECT id FROM {table} WHERE {shard.hosts('host_id')})"
+
+
+def read(cursor, reading: Reading, lo: datetime, hi: datetime, shard: Shard = WHOLE) -> Rows:
+    """The rows of ``reading``'s table with lo < ts <= hi, of the shard's hosts. ``cursor``: a
+    psycopg cursor; the statement runs on its connection with server-side binding, which
+    binary results need."""
     with psycopg.Cursor(cursor.connection) as binary:
-        binary.execute(read_sql(reading), {"lo": lo, "hi": hi}, binary=True)
+        binary.execute(read_sql(reading, shard), {"lo": lo, "hi": hi}, binary=True)
         return decode(reading, binary.fetchone())
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from django.db import connection
 
 from agents.protocol import Entity
+from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.alerts.windows.brin import summarize_new_ranges
 from controlplane.alerts.windows.fold import Block, fold
 from controlplane.alerts.windows.needs import Need
@@ -48,8 +49,8 @@ CHUNK_S = 60
 class SliceStore:
     """One entity's slices, ``(lo, hi]`` covered, a Block per slice number."""
 
-    def __init__(self, entity: Entity) -> None:
-        self.entity = entity
+    def __init__(self, entity: Entity, shard: Shard = WHOLE) -> None:
+        self.entity, self.shard = entity, shard
         self.blocks: dict[int, Block] = {}
         self.lo: datetime | None = None
         self.hi: datetime | None = None
@@ -77,7 +78,7 @@ class SliceStore:
         """Fold the rows in (lo, hi], a minute of slices at a time."""
         while hi > lo:
             upto = min(floor_slice(lo + timedelta(seconds=CHUNK_S)), hi)
-            for block in fold(read(cursor, need.reading, lo, upto), need.parts):
+            for block in fold(read(cursor, need.reading, lo, upto, self.shard), need.parts):
                 self.blocks[block.sid] = block
             lo = upto
 
@@ -109,24 +110,25 @@ class SliceStore:
 
 def refresh_stores(cursor, stores: dict[Entity, SliceStore], now: datetime,
                    needs: dict[Entity, Need], record: bool = True,
-                   side_by_side: bool = False) -> None:
+                   side_by_side: bool = False, shard: Shard = WHOLE) -> None:
     """Bring these stores up to ``now``. ``record``: the evaluator's own stores, trusted only
     while ``alerts_slice_state`` says what they last covered, and recorded there (see the
     module doc); otherwise built afresh. ``side_by_side``: the GPUs' rows (the most) are read
     and folded on a connection of their own, in a thread, while this one does the others, so
     PostgreSQL reads on two cores (only where other connections see the rows: outside a
-    caller's transaction)."""
+    caller's transaction). ``shard``: the stores hold that shard's targets only, and their
+    record is the shard's own."""
     marks = {}
     if record:
         cursor.execute(f"SELECT entity, lo, hi FROM {STATE_TABLE}")
         marks = {entity: (lo, hi) for entity, lo, hi in cursor.fetchall()}
     for entity in needs:
-        stores.setdefault(entity, SliceStore(entity))
+        stores.setdefault(entity, SliceStore(entity, shard))
 
     def bring(entity: Entity, on) -> None:
         store = stores[entity]
         store.refresh(on, now, needs[entity],
-                      record and marks.get(entity) == (store.lo, store.hi))
+                      record and marks.get(_mark(entity, shard)) == (store.lo, store.hi))
 
     apart = [e for e in needs if side_by_side and e == "gpu" and len(needs) > 1]
     with ThreadPoolExecutor(1) as pool:
@@ -141,7 +143,12 @@ def refresh_stores(cursor, stores: dict[Entity, SliceStore], now: datetime,
             cursor.execute(
                 f"INSERT INTO {STATE_TABLE} (entity, lo, hi) VALUES (%(e)s, %(lo)s, %(hi)s) "
                 f"ON CONFLICT (entity) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi",
-                {"e": entity, "lo": stores[entity].lo, "hi": stores[entity].hi})
+                {"e": _mark(entity, shard), "lo": stores[entity].lo, "hi": stores[entity].hi})
+
+
+def _mark(entity: Entity, shard: Shard) -> str:
+    """The key of a store's record: the entity, and an evaluator shard's name after it."""
+    return f"{entity}@{shard.name}" if not shard.whole else entity
 
 
 def _on_own_connection(bring, entity: Entity) -> None:

@@ -39,6 +39,10 @@ class Totals:
     total: float = 0.0  # the sum of their values
     counter_rows: int = 0  # samples holding the counter
     counter_rise: float = 0.0  # how much it rose, scaled to the samples' intervals (below)
+    # With ``newest_since``: the 1-hour rows of the window that ends the stretches, and the
+    # most raw rows one of them summarises (its fullest bucket).
+    newest_rows: int = 0
+    fullest: int = 0
 
 
 def energy_metric() -> Metric | None:
@@ -51,9 +55,15 @@ def _key(entity: Entity) -> str:
 
 
 def value_totals(metric: Metric, ids: list[int], stretches: list[Stretch],
-                 counter: Metric | None = None) -> dict[int, Totals]:
+                 counter: Metric | None = None,
+                 newest_since: datetime | None = None) -> dict[int, Totals]:
     """Per entity id: how many samples it has, how many hold ``metric`` and their sum; with
     ``counter`` (a monotonic counter of the same entity: ``gpu.energy_j``), how much it rose.
+
+    ``newest_since``: where the stretches end with 1-hour rows, the same statement also counts
+    each entity's 1-hour rows from ``newest_since`` to the end and the most samples one holds
+    (``Totals.newest_rows``, ``Totals.fullest``; ``newest_intervals`` reads them), reading the
+    hours before the stretch for that alone: the sampling interval in the pass that sums.
 
     A counter's rise between the first and the last of n samples covers n - 1 sampling
     intervals where n rate samples cover n, so each bucket's rise (its last value over its
@@ -65,25 +75,30 @@ def value_totals(metric: Metric, ids: list[int], stretches: list[Stretch],
     if not ids:
         return {}
     key, col = _key(metric.entity), column_for(metric).name
+    last = stretches[-1] if stretches else None
     for s in stretches:
+        newest = newest_since if s is last and s.resolution == "1h" else None
         if s.resolution == "raw":
             src, params = stretch_from(metric.entity, "raw", s.lo, s.hi, [col])
-            counts = f"count(*), count(t.{col}), sum(t.{col}::float8), 0, 0.0"
+            counts = f"count(*), count(t.{col}), sum(t.{col}::float8), 0, 0.0, 0, 0"
+            lo = s.lo
         else:
             table = ROLLUPS[s.resolution][metric.entity]
-            src, params = f"{table.name} t", []
-            avg = table.column(metric, "avg").name
-            counts = (f"sum(t.n), sum(t.n) FILTER (WHERE t.{avg} IS NOT NULL), "
-                      f"sum(t.{avg}::float8 * t.n), {_bucket_rise(table, counter)}")
+            src = f"{table.name} t"
+            counts, params, lo = _rollup_sums(table, metric, counter, s, newest)
         rows = fetch(f"SELECT t.{key}, {counts} FROM {src} WHERE t.{key} = ANY(%s) "
-                     f"AND t.ts >= %s AND t.ts < %s GROUP BY 1", [*params, ids, s.lo, s.hi])
-        for k, samples, count, total, counted, rise in rows:
+                     f"AND t.ts >= %s AND t.ts < %s GROUP BY 1", [*params, ids, lo, s.hi])
+        for k, samples, count, total, counted, rise, newest_rows, fullest in rows:
+            if not samples:  # rows only in the hours before the stretch, read for the window
+                continue
             t = out[k]
-            t.samples += int(samples or 0)
+            t.samples += int(samples)
             t.rows += int(count or 0)
             t.total += total or 0.0
             t.counter_rows += int(counted or 0)
             t.counter_rise += rise or 0.0
+            if newest is not None:
+                t.newest_rows, t.fullest = int(newest_rows or 0), int(fullest or 0)
         if counter is not None and s.resolution == "raw":
             for k, counted, rise in _raw_rise(counter, ids, s):
                 if counted:
@@ -92,14 +107,38 @@ def value_totals(metric: Metric, ids: list[int], stretches: list[Stretch],
     return dict(out)
 
 
-def _bucket_rise(table, counter: Metric | None) -> str:
-    """(samples with the counter, its rise scaled per bucket) as two SQL aggregates."""
+def _rollup_sums(table, metric: Metric, counter: Metric | None, s: Stretch,
+                 newest: datetime | None) -> tuple[str, list, datetime]:
+    """(the aggregates of one rollup stretch, their parameters, where its read starts). With
+    ``newest`` before the stretch, the read starts there and the sums count only the stretch's
+    rows; the last two aggregates are the rows from ``newest`` on and their most samples (else
+    0, 0)."""
+    avg = table.column(metric, "avg").name
+    since = newest if newest is not None and newest < s.lo else None
+    inside, params = ("t.ts >= %s", [s.lo]) if since is not None else ("true", [])
+    sums = (f"sum(t.n) FILTER (WHERE {inside}), "
+            f"sum(t.n) FILTER (WHERE {inside} AND t.{avg} IS NOT NULL), "
+            f"sum(t.{avg}::float8 * t.n) FILTER (WHERE {inside}), ")
+    params = params * 3
+    rise, rise_params = _bucket_rise(table, counter, inside, params[:1])
+    if newest is None:
+        return f"{sums}{rise}, 0, 0", [*params, *rise_params], s.lo
+    window = "count(*) FILTER (WHERE t.ts >= %s), max(t.n) FILTER (WHERE t.ts >= %s)"
+    return (f"{sums}{rise}, {window}", [*params, *rise_params, newest, newest],
+            since or s.lo)
+
+
+def _bucket_rise(table, counter: Metric | None, inside: str = "true",
+                 params: list | None = None) -> tuple[str, list]:
+    """(samples with the counter, its rise scaled per bucket) as two SQL aggregates over the
+    rows ``inside`` holds for (a condition taking ``params``), and their parameters."""
     if counter is None:
-        return "0, 0.0"
+        return "0, 0.0", []
     low, last = table.column(counter, "min").name, table.column(counter, "last").name
-    return (f"sum(t.n) FILTER (WHERE t.{last} IS NOT NULL), "
+    return (f"sum(t.n) FILTER (WHERE {inside} AND t.{last} IS NOT NULL), "
             f"sum((t.{last}::float8 - t.{low}::float8) * t.n / (t.n - 1)) "
-            f"FILTER (WHERE t.{last} IS NOT NULL AND t.n > 1)")
+            f"FILTER (WHERE {inside} AND t.{last} IS NOT NULL AND t.n > 1)",
+            [*(params or []), *(params or [])])
 
 
 def _raw_rise(counter: Metric, ids: list[int], s: Stretch) -> list[tuple]:
@@ -111,6 +150,25 @@ def _raw_rise(counter: Metric, ids: list[int], s: Stretch) -> list[tuple]:
         f"lag(t.{col}::float8) OVER (PARTITION BY t.{key} ORDER BY t.ts) AS prev FROM {src} "
         f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s AND t.{col} IS NOT NULL) w "
         f"GROUP BY k", [*params, ids, s.lo, s.hi])
+
+
+def newest_window(start: datetime, stretches: list[Stretch]) -> datetime | None:
+    """Where the window of the hourly rows ``sample_intervals`` probes first starts, when
+    ``value_totals`` can count them in the pass that sums (``newest_since``): the stretches
+    end with 1-hour rows and the range holds the whole window; else None."""
+    if not stretches or stretches[-1].resolution != "1h":
+        return None
+    since = stretches[-1].hi - timedelta(seconds=WIDTH["1h"] * _INTERVAL_ROWS["1h"])
+    return since if since >= start else None
+
+
+def newest_intervals(totals: dict[int, Totals]) -> dict[int, float]:
+    """The sampling interval of each entity with a 1-hour row in every hour of the window
+    ``value_totals`` counted (``newest_since``): those are its newest rows, the very rows
+    ``sample_intervals`` would probe first, so the same interval. The others are absent: the
+    probe answers them."""
+    return {k: WIDTH["1h"] / t.fullest for k, t in totals.items()
+            if t.newest_rows == _INTERVAL_ROWS["1h"] and t.fullest}
 
 
 def sample_intervals(entity: Entity, ids: list[int], lo: datetime, hi: datetime,
@@ -197,18 +255,43 @@ def histogram_counts(metrics: list[Metric], ids: list[int], stretches: list[Stre
     return {name: dict(per) for name, per in out.items()}
 
 
-def stretch_counts(metrics: list[Metric], ids: list[int], s: Stretch,
-                   buckets: int) -> list[tuple]:
+def stretch_counts(metrics: list[Metric], ids: list[int], s: Stretch, buckets: int,
+                   value: Metric | None = None) -> list[tuple]:
     """(entity id, each metric's layout, each metric's ``buckets`` sums) per entity and
-    layouts in one stretch."""
+    layouts in one stretch. With ``value`` (a gauge or rate of the same entity), each row ends
+    with the samples of its group, those holding ``value`` and their sum: ``value_totals``'
+    figures in the pass over the same wide rows (``value_sums`` adds the groups up)."""
     entity = metrics[0].entity
     key = _key(entity)
     layouts = [f"t.{m.key}_layout" for m in metrics]
     sums = [f"sum(t.{m.key}_counts[{i}]::float8)" for m in metrics for i in range(1, buckets + 1)]
     names = [c for m in metrics for c in (f"{m.key}_layout", f"{m.key}_counts")]
+    if value is not None:
+        col = column_for(value).name
+        if s.resolution == "raw":
+            names.append(col)
+            sums.append(f"count(*), count(t.{col}), sum(t.{col}::float8)")
+        else:
+            avg = ROLLUPS[s.resolution][entity].column(value, "avg").name
+            sums.append(f"sum(t.n), sum(t.n) FILTER (WHERE t.{avg} IS NOT NULL), "
+                        f"sum(t.{avg}::float8 * t.n)")
     src, params = stretch_from(entity, s.resolution, s.lo, s.hi, names)
     return fetch(
         f"SELECT t.{key}, {', '.join(layouts)}, {', '.join(sums)} FROM {src} "
         f"WHERE t.{key} = ANY(%s) AND t.ts >= %s AND t.ts < %s "
         f"GROUP BY {', '.join(str(i) for i in range(1, len(metrics) + 2))}",
         [*params, ids, s.lo, s.hi])
+
+
+def value_sums(rows: list[list[tuple]]) -> dict[int, Totals]:
+    """Per entity id, the ``value`` figures of ``stretch_counts`` rows (each row's last three
+    columns) added up over its layout groups and stretches: ``value_totals``' figures."""
+    out: dict[int, Totals] = defaultdict(Totals)
+    for stretch_rows in rows:
+        for row in stretch_rows:
+            samples, count, total = row[-3:]
+            t = out[row[0]]
+            t.samples += int(samples or 0)
+            t.rows += int(count or 0)
+            t.total += total or 0.0
+    return dict(out)

@@ -20,7 +20,7 @@ the edges from the hours. A 30-day range then reads 29 or 30 daily rows per enti
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from agents.protocol import Entity
 from controlplane.telemetry.series.plan import (
@@ -41,8 +41,11 @@ MIN_BUCKETS = 12
 COARSER = {"1h": "1d"}
 
 
-def resolution_for(entity: Entity, start: datetime, end: datetime) -> str:
-    first_day, oldest = start.astimezone(UTC).date(), oldest_partitions(entity)
+def resolution_for(entity: Entity, start: datetime, end: datetime,
+                   oldest: dict[str, date] | None = None) -> str:
+    """``oldest``: oldest_partitions(entity), where the caller has read it already."""
+    first_day = start.astimezone(UTC).date()
+    oldest = oldest_partitions(entity) if oldest is None else oldest
     chosen = choose((end - start).total_seconds(), MIN_BUCKETS, first_day, oldest)
     coarser = COARSER.get(chosen)
     if coarser is not None and oldest.get(coarser) is not None and oldest[coarser] <= first_day:
@@ -50,11 +53,15 @@ def resolution_for(entity: Entity, start: datetime, end: datetime) -> str:
     return chosen
 
 
-def plan_stretches(entity: Entity, start: datetime, end: datetime) -> tuple[str, list[Stretch]]:
+def plan_stretches(entity: Entity, start: datetime, end: datetime,
+                   built: dict[str, datetime] | None = None,
+                   oldest: dict[str, date] | None = None) -> tuple[str, list[Stretch]]:
     """(the coarsest tier read, the stretches to read in time order). The tier chosen may
     hold no whole bucket of the range (a day tier not built yet): the tier named is then the
-    one that answers."""
-    stretches = split(resolution_for(entity, start, end), start, end, watermarks())
+    one that answers. ``built`` (watermarks()) and ``oldest`` (oldest_partitions(entity)):
+    where the caller has read them already (a report plans up to three windows)."""
+    built = watermarks() if built is None else built
+    stretches = split(resolution_for(entity, start, end, oldest), start, end, built)
     read = [s.resolution for s in stretches]
     return max(read, key=WIDTH.__getitem__, default="raw"), stretches
 
