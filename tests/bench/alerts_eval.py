@@ -18,14 +18,23 @@ Measured: ``--cycles`` evaluation cycles 10 s apart at the end of the data, as t
 runs them (``controlplane.alerts.evaluate.evaluate``): wall time, this process's CPU-s and the
 PostgreSQL backends' CPU-s per cycle. The first cycle builds the slices of the longest window
 and creates every alert; later ones fold in the newest 10 s and update.
+
+Evaluator shards: ``--side-by-side N`` runs the cycles of each of N shards in a process of its
+own, all at once, as N workers would (``--shard I/N`` is one of them); each prints its cycles
+and the parent each shard's median, to set beside one evaluator over half the hosts:
+
+    python -m tests.bench.alerts_eval --hosts 2000 --side-by-side 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,6 +63,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="a quiet fleet: no target in trouble, every generated threshold "
                              "beyond what the load reaches (the default is an alert storm)")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded bench database")
+    parser.add_argument("--side-by-side", type=int, default=0, metavar="N",
+                        help="evaluator shards: N processes at once, one shard each")
+    parser.add_argument("--shard", default="", metavar="I/N",
+                        help="the cycles of evaluator shard I of N only (no previews, no "
+                             "dispatch; the alerts are left as the parent reset them)")
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/alerts_eval.json")
     return parser.parse_args(argv)
 
@@ -195,13 +209,19 @@ def _threshold(metric, rng: random.Random, quiet: bool = False) -> float:
     return 10**7  # quiet, as most rules are most of the time
 
 
-def measure(end: datetime, cycles: int) -> list[dict]:
+def measure(end: datetime, cycles: int, shard: str = "") -> list[dict]:
     from django.db import connection
 
     from controlplane.alerts.evaluate import STORES, evaluate
+    from controlplane.alerts.shards import WHOLE, Shard
 
-    # the bench database's backends: other sessions and the shared WAL writer stay out
-    meter = harness.CpuMeter(lambda: harness.postgres_processes_of(shared=False))
+    part = Shard(*map(int, shard.split("/"))) if shard else WHOLE
+
+    # the bench database's backends: other sessions and the shared WAL writer stay out; a
+    # shard's process counts its own (PGAPPNAME, set by side_by_side)
+    application = os.environ.get("PGAPPNAME", "") if shard else ""
+    meter = harness.CpuMeter(lambda: harness.postgres_processes_of(shared=False,
+                                                                   application=application))
     with connection.cursor() as cursor:  # a runaway statement must not outlive the benchmark
         cursor.execute("SET statement_timeout = '60s'")
     out = []
@@ -209,14 +229,14 @@ def measure(end: datetime, cycles: int) -> list[dict]:
         now = end - timedelta(seconds=10 * (cycles - 1 - i))
         meter.start()
         cpu, wall = time.process_time(), time.perf_counter()
-        result = evaluate(now)
+        result = evaluate(now, shard=part)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         out.append({"wall_s": round(wall, 3), "python_cpu_s": round(cpu, 3),
                     "postgres_cpu_s": round(meter.stop(), 3), "rules": result.rules,
                     "hits": result.hits, "transitions": len(result.transitions),
                     "phases_s": {k: round(v, 3) for k, v in result.seconds.items()},
                     "rss_mb": round(psutil.Process().memory_info().rss / 2**20),
-                    "slices_mb": round(sum(s.nbytes() for s in STORES.values()) / 2**20)})
+                    "slices_mb": round(sum(s.nbytes() for s in STORES[part].values()) / 2**20)})
         print(f"  cycle {i}: {out[-1]}", flush=True)
     connection.close()
     return out
@@ -283,19 +303,69 @@ def vacuum_alerts() -> None:
             cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
 
 
+def forget_alerts() -> None:
+    """A rerun starts as the first did: no alerts, no claims, no shard held."""
+    from controlplane.alerts.models import Alert, AlertRule, EvaluatorShard, ShardClaim
+
+    Alert.objects.all().delete()
+    ShardClaim.objects.all().delete()
+    EvaluatorShard.objects.all().delete()
+    AlertRule.objects.update(last_evaluated_at=None)
+    vacuum_alerts()
+
+
+def measure_shard(args: argparse.Namespace, load: dict) -> int:
+    """One shard's cycles, printed as one JSON line for the parent (``side_by_side``)."""
+    cycles = measure(datetime.fromisoformat(load["end"]), args.cycles, args.shard)
+    print("SHARD " + json.dumps({"shard": args.shard, "cycles": cycles}), flush=True)
+    return 0
+
+
+def side_by_side(args: argparse.Namespace, report: dict) -> int:
+    """Each shard's cycles in a process of its own, all started at once."""
+    n = args.side_by_side
+    children = [subprocess.Popen(
+        [sys.executable, "-m", "tests.bench.alerts_eval", "--reuse", "--cycles",
+         str(args.cycles), "--shard", f"{i}/{n}", "--out", str(args.out)], stdout=subprocess.PIPE, text=True,
+        cwd=harness.ROOT, env={**os.environ, "PGAPPNAME": f"pitwall-bench-shard-{i}"})
+        for i in range(n)]
+    shards = []
+    for child in children:
+        out, _ = child.communicate()
+        print(out, end="", flush=True)
+        line = next((x for x in out.splitlines() if x.startswith("SHARD ")), None)
+        if child.returncode or line is None:
+            raise SystemExit(f"a shard's process failed ({child.returncode})")
+        shards.append(json.loads(line[len("SHARD "):]))
+    for shard in shards:
+        steady = shard["cycles"][1:] or shard["cycles"]
+        shard["steady_wall_s_median"] = statistics.median(c["wall_s"] for c in steady)
+        shard["steady_cpu_s_median"] = statistics.median(
+            c["python_cpu_s"] + c["postgres_cpu_s"] for c in steady)
+        print(f"shard {shard['shard']}: {shard['steady_wall_s_median']} s wall a cycle "
+              f"(median of later cycles; first {shard['cycles'][0]['wall_s']} s), "
+              f"{shard['steady_cpu_s_median']} CPU-s", flush=True)
+    report["shards"] = shards
+    out = args.out.with_name(f"{args.out.stem}.shards-{n}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"report in {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     harness.open_bench_database(reuse=args.reuse)
-    from controlplane.alerts.models import Alert, AlertRule
+    from controlplane.alerts.models import AlertRule
 
     state_file = args.out.with_suffix(".state.json")
     report: dict = {"machine": harness.machine(), "when": datetime.now(UTC).isoformat(),
                     "args": {k: str(v) for k, v in vars(args).items()}}
+    if args.shard:
+        return measure_shard(args, json.loads(state_file.read_text()))
     if args.reuse and state_file.exists():
         report["load"] = json.loads(state_file.read_text())
-        Alert.objects.all().delete()
-        AlertRule.objects.update(last_evaluated_at=None)
-        vacuum_alerts()
+        forget_alerts()
     else:
         end = datetime.now(UTC).replace(microsecond=0)
         print(f"loading {args.hosts} hosts x {GPUS_PER_HOST} GPUs, {args.minutes} min at "
@@ -311,6 +381,8 @@ def main(argv=None) -> int:
     end = datetime.fromisoformat(report["load"]["end"])
     report["rules"] = AlertRule.objects.filter(enabled=True).count()
     print(f"{report['rules']} rules, {args.cycles} cycles:", flush=True)
+    if args.side_by_side > 1:
+        return side_by_side(args, report)
     report["cycles"] = measure(end, args.cycles)
     report["previews"] = measure_previews(end)
     report["dispatch"] = measure_dispatch(end)

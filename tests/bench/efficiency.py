@@ -312,7 +312,7 @@ def measure_ranges(end: datetime, repeat: int) -> list[dict]:
 
 
 def statements(end: datetime) -> list[tuple[str, list]]:
-    from django.db import connection
+    from django.db import connection, transaction
 
     from controlplane.telemetry.efficiency import report
 
@@ -322,7 +322,9 @@ def statements(end: datetime) -> list[tuple[str, list]]:
         seen.append((sql, params))
         return execute(sql, params, many, context)
 
-    with connection.execute_wrapper(record):
+    # In a transaction the report reads on this connection alone: outside one, the GPUs'
+    # statements would run on a second connection this wrapper does not see.
+    with transaction.atomic(), connection.execute_wrapper(record):
         report("30d", end)
     return [(sql, params) for sql, params in seen if "set_config" not in sql
             and not sql.lstrip().upper().startswith(("SAVEPOINT", "RELEASE"))]

@@ -73,18 +73,21 @@ def postgres_processes() -> list[psutil.Process]:
 SHARED_BACKENDS = ("walwriter", "checkpointer", "background writer", "autovacuum launcher")
 
 
-def postgres_processes_of(dbname: str = "", shared: bool = True) -> list[psutil.Process]:
+def postgres_processes_of(dbname: str = "", shared: bool = True,
+                          application: str = "") -> list[psutil.Process]:
     """The PostgreSQL processes working for ``dbname`` (the bench database by default) and,
     with ``shared``, the shared ones: other sessions' databases on the same server are left
-    out of the count."""
+    out of the count. ``application``: only the sessions of that ``application_name`` (a
+    process started with ``PGAPPNAME``), their parallel workers included."""
     import psycopg
 
     with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres",
                          autocommit=True) as conn:
         pids = [row[0] for row in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE (datname = %s AND pid <> pg_backend_pid())"
-            " OR backend_type = ANY(%s)",
-            (dbname or BENCH_DB, list(SHARED_BACKENDS) if shared else []))]
+            "SELECT pid FROM pg_stat_activity WHERE (datname = %s AND pid <> pg_backend_pid()"
+            " AND (%s = '' OR application_name = %s)) OR backend_type = ANY(%s)",
+            (dbname or BENCH_DB, application, application,
+             list(SHARED_BACKENDS) if shared else []))]
     found = []
     for pid in pids:
         with suppress(psutil.Error):
