@@ -66,8 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--side-by-side", type=int, default=0, metavar="N",
                         help="evaluator shards: N processes at once, one shard each")
     parser.add_argument("--shard", default="", metavar="I/N",
-                        help="the cycles of evaluator shard I of N only (no previews, no "
-                             "dispatch; the alerts are left as the parent reset them)")
+                        help="the cycles of evaluator shard I of N only, from none of its "
+                             "alerts (no previews, no dispatch)")
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/alerts_eval.json")
     return parser.parse_args(argv)
 
@@ -315,7 +315,15 @@ def forget_alerts() -> None:
 
 
 def measure_shard(args: argparse.Namespace, load: dict) -> int:
-    """One shard's cycles, printed as one JSON line for the parent (``side_by_side``)."""
+    """One shard's cycles, printed as one JSON line for the parent (``side_by_side``). It
+    starts as a first cycle would: no alerts on its hosts, no claims of its own."""
+    from django.db.models.functions import Coalesce, Mod
+
+    from controlplane.alerts.models import Alert, ShardClaim
+
+    index, n = map(int, args.shard.split("/"))
+    Alert.objects.annotate(part=Mod(Coalesce("host_id", 0), n)).filter(part=index).delete()
+    ShardClaim.objects.filter(shards=n, index=index).delete()
     cycles = measure(datetime.fromisoformat(load["end"]), args.cycles, args.shard)
     print("SHARD " + json.dumps({"shard": args.shard, "cycles": cycles}), flush=True)
     return 0
@@ -326,8 +334,9 @@ def side_by_side(args: argparse.Namespace, report: dict) -> int:
     n = args.side_by_side
     children = [subprocess.Popen(
         [sys.executable, "-m", "tests.bench.alerts_eval", "--reuse", "--cycles",
-         str(args.cycles), "--shard", f"{i}/{n}", "--out", str(args.out)], stdout=subprocess.PIPE, text=True,
-        cwd=harness.ROOT, env={**os.environ, "PGAPPNAME": f"pitwall-bench-shard-{i}"})
+         str(args.cycles), "--shard", f"{i}/{n}", "--out", str(args.out)],
+        stdout=subprocess.PIPE, text=True, cwd=harness.ROOT,
+        env={**os.environ, "PGAPPNAME": f"pitwall-bench-shard-{i}"})
         for i in range(n)]
     shards = []
     for child in children:
