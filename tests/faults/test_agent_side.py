@@ -39,7 +39,7 @@ from tests.faults.harness import (
 from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
-DOWN_S = float(os.environ.get("PITWALL_FAULT_AGENT_DOWN_S", 90))
+DOWN_S = float(os.environ.get("PITWALL_FAULT_AGENT_DOWN_S", 60))
 SPOOL_DISK = os.environ.get("PITWALL_FAULT_SPOOL_DISK", "96k")  # each agent's tmpfs
 # The server's allowed skew (PITWALL_MAX_CLOCK_SKEW_S) in the clock case, and the agents'.
 ALLOWED_SKEW_S = int(os.environ.get("PITWALL_FAULT_ALLOWED_SKEW_S", 60))

@@ -1,6 +1,6 @@
 """Case 2: PostgreSQL restarted while the fleet streams, first with a fast shutdown (sessions
 ended, a checkpoint), then, once everything is back, with an immediate one (no checkpoint: the
-start replays the WAL, as after a crash), down 15 s and 75 s (``DOWN_S``).
+start replays the WAL, as after a crash), down 15 s and 45 s (``DOWN_S``).
 
 While it is down, ingest answers 503 with Retry-After (the agents spool) and nothing hangs;
 nobody reads the API. When it is back, without restarting any process: ingest stores again,
@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 # on a busy server takes minutes: long enough for a pool's reconnection attempts to be far
 # apart (psycopg_pool doubles the delay after each failure: 1, 2, 4 ... 64 s).
 DOWN_S = {"fast": float(os.environ.get("PITWALL_FAULT_PG_DOWN_S", 15)),
-          "immediate": float(os.environ.get("PITWALL_FAULT_PG_CRASH_DOWN_S", 75))}
+          "immediate": float(os.environ.get("PITWALL_FAULT_PG_CRASH_DOWN_S", 45))}
 EVERY_S = 0.5  # the pollers' pace
 API_BURST = 4  # API requests at once: the web process's pool holds at least that many
 WAIT_S = 180  # only so that a broken build fails instead of hanging; never asserted on
