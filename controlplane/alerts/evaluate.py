@@ -29,7 +29,7 @@ from controlplane.alerts.apply import apply_hits
 from controlplane.alerts.compiled import compile_matchers, matches_all
 from controlplane.alerts.fleet_names import FleetNames
 from controlplane.alerts.metrics import CYCLE_SECONDS, RULE_ERRORS
-from controlplane.alerts.models import AlertRule, EvaluatorShard, ShardClaim
+from controlplane.alerts.models import AlertRule, ShardClaim
 from controlplane.alerts.named_kinds import NAMED
 from controlplane.alerts.named_kinds import add_needs as NAMED_NEEDS
 from controlplane.alerts.patterns import PatternError, glob_match
@@ -116,9 +116,10 @@ def evaluate_held(owner: str, now: datetime | None = None) -> list[CycleResult]:
     if n <= 1:
         return [evaluate(now)]
     held = leases.hold(owner, n)
+    now = now or timezone.now()
     results = [evaluate(now, shard=Shard(index, n)) for index in held]
     if held:
-        leases.renew(owner, held)
+        leases.renew(owner, held, evaluated_at=now)
     return results
 
 
@@ -154,7 +155,6 @@ def claim_shard_rules(now: datetime, rule_ids: list[int] | None,
         rule.previous_cycle_at = previous.get(rule.id)
     if shard.index == 0 and rules:
         AlertRule.objects.filter(id__in=[r.id for r in rules]).update(last_evaluated_at=now)
-    EvaluatorShard.objects.filter(index=shard.index).update(evaluated_at=now)
     return rules
 
 

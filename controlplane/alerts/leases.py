@@ -72,16 +72,22 @@ def _database_now() -> datetime:
         return cursor.fetchone()[0]
 
 
-def renew(owner: str, indexes: list[int], lease_s: float | None = None) -> list[int]:
+def renew(owner: str, indexes: list[int], lease_s: float | None = None,
+          evaluated_at: datetime | None = None) -> list[int]:
     """After the cycles: the lease runs from their end, not their start (a long cycle must
     not lose its shards). Those still ``owner``'s (another worker may have taken one whose
-    lease lapsed meanwhile)."""
+    lease lapsed meanwhile). ``evaluated_at``: the cycles' instant, recorded here rather than
+    in a cycle's transaction, where the row's lock would hold every other worker's ``hold``
+    until the cycle ends."""
     lease = timedelta(seconds=lease_seconds() if lease_s is None else lease_s)
     with transaction.atomic():
         rows = EvaluatorShard.objects.select_for_update().filter(index__in=indexes,
                                                                   owner=owner)
         still = sorted(rows.values_list("index", flat=True))
-        EvaluatorShard.objects.filter(index__in=still).update(lease_until=Now() + lease)
+        update: dict = {"lease_until": Now() + lease}
+        if evaluated_at is not None:
+            update["evaluated_at"] = evaluated_at
+        EvaluatorShard.objects.filter(index__in=still).update(**update)
     return still
 
 

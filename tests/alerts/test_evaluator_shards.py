@@ -198,3 +198,4 @@ def test_a_worker_lost_mid_episode_its_shard_moves_and_no_alert_is_lost_or_doubl
     assert all(m == ["inactive>pending", "pending>firing"] for m in moves.values()), moves
     claims = ShardClaim.objects.filter(shards=2, rule=hot)
     assert {c.index: c.evaluated_at for c in claims} == {0: T0 + 40 * S, 1: T0 + 40 * S}
+    assert set(EvaluatorShard.objects.values_list("evaluated_at", flat=True)) == {T0 + 40 * S}
