@@ -145,6 +145,15 @@ def test_only_samples_inside_the_range_count(ingest, host_token):
     assert f.generation_tokens == pytest.approx(600 * 300)
 
 
+def test_the_reads_run_without_jit_or_parallel_workers(db):
+    # Set for the report's transaction: inside a caller's (this test's), they hold to its end.
+    efficiency.report("1h")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('jit'), "
+                       "current_setting('max_parallel_workers_per_gather')")
+        assert cursor.fetchone() == ("off", "0")
+
+
 def test_an_unknown_range_names_the_parameter():
     with pytest.raises(SeriesError) as err:
         efficiency.report("2h")

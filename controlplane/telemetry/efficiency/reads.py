@@ -115,10 +115,10 @@ def _rollup_sums(table, metric: Metric, counter: Metric | None, s: Stretch,
     0, 0)."""
     avg = table.column(metric, "avg").name
     since = newest if newest is not None and newest < s.lo else None
-    inside, params = ("t.ts >= %s", [s.lo]) if since is not None else ("true", [])
-    sums = (f"sum(t.n) FILTER (WHERE {inside}), "
-            f"sum(t.n) FILTER (WHERE {inside} AND t.{avg} IS NOT NULL), "
-            f"sum(t.{avg}::float8 * t.n) FILTER (WHERE {inside}), ")
+    inside, params = ("t.ts >= %s AND ", [s.lo]) if since is not None else ("", [])
+    sums = (f"sum(t.n){_where(inside)}, "
+            f"sum(t.n) FILTER (WHERE {inside}t.{avg} IS NOT NULL), "
+            f"sum(t.{avg}::float8 * t.n){_where(inside)}, ")
     params = params * 3
     rise, rise_params = _bucket_rise(table, counter, inside, params[:1])
     if newest is None:
@@ -128,16 +128,22 @@ def _rollup_sums(table, metric: Metric, counter: Metric | None, s: Stretch,
             since or s.lo)
 
 
-def _bucket_rise(table, counter: Metric | None, inside: str = "true",
+def _where(inside: str) -> str:
+    """A FILTER clause for ``inside`` (a condition ending in AND, or empty: every row)."""
+    return f" FILTER (WHERE {inside.removesuffix(' AND ')})" if inside else ""
+
+
+def _bucket_rise(table, counter: Metric | None, inside: str = "",
                  params: list | None = None) -> tuple[str, list]:
     """(samples with the counter, its rise scaled per bucket) as two SQL aggregates over the
-    rows ``inside`` holds for (a condition taking ``params``), and their parameters."""
+    rows ``inside`` holds for (empty, or a condition taking ``params`` and ending in AND),
+    and their parameters."""
     if counter is None:
         return "0, 0.0", []
     low, last = table.column(counter, "min").name, table.column(counter, "last").name
-    return (f"sum(t.n) FILTER (WHERE {inside} AND t.{last} IS NOT NULL), "
+    return (f"sum(t.n) FILTER (WHERE {inside}t.{last} IS NOT NULL), "
             f"sum((t.{last}::float8 - t.{low}::float8) * t.n / (t.n - 1)) "
-            f"FILTER (WHERE {inside} AND t.{last} IS NOT NULL AND t.n > 1)",
+            f"FILTER (WHERE {inside}t.{last} IS NOT NULL AND t.n > 1)",
             [*(params or []), *(params or [])])
 
 
