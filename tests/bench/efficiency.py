@@ -214,8 +214,8 @@ def build_days() -> dict:
     days = refresh.advance(TIERS["1d"], datetime.now(UTC), None)
     wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
     pg = meter.stop()
-    # In service the days a report reads were written days before, and autovacuum has set
-    # their pages all-visible since (the GPUs' day read is an index-only scan): as here.
+    # In service the days a report reads were written days before, and autovacuum has
+    # analyzed them since (the planner's estimates for the day reads): as here.
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM ANALYZE {', '.join(t.name for t in TABLES['1d'].values())}")
     return {"days": days, "wall_s": round(wall, 1), "python_cpu_s": round(cpu, 2),

@@ -14,7 +14,6 @@ so the rate's sums are added up over the groups, and must come out as value_tota
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -108,23 +107,3 @@ def test_the_histograms_pass_sums_the_rate_as_value_totals_does(hourly_rows):
     # The hours of both 1-hour stretches (the day between has no 1-day rows here).
     assert summed[1][0] == sum(samples(1, h) for h in (*range(1, 12), *range(36, 41)))
 
-
-def test_the_gpu_day_index_covers_every_column_the_sums_read(db):
-    """The whole days of a fleet-wide report read from the index alone (an index-only scan
-    needs every column the statement names in the index)."""
-    seen: list[str] = []
-
-    def record(execute, sql, params, many, context):
-        seen.append(sql)
-        return execute(sql, params, many, context)
-
-    day = Stretch("1d", END - 48 * HOUR, END - 24 * HOUR)
-    with connection.execute_wrapper(record):
-        reads.value_totals(METRICS["gpu.power_w"], [1], [day], reads.energy_metric())
-    (sql,) = seen
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s",
-                       [reads.GPU_DAY_TOTALS_INDEX])
-        (definition,) = cursor.fetchone()
-    assert rollups.TABLES["1d"]["gpu"].name in sql
-    assert set(re.findall(r"\bt\.(\w+)", sql)) <= set(re.findall(r"\w+", definition))

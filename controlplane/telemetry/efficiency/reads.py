@@ -50,24 +50,6 @@ def energy_metric() -> Metric | None:
     return METRICS.get(ENERGY_METRIC)
 
 
-# The GPUs' 1-day rows with the columns value_totals reads from them, in an index of its own:
-# the whole-days read of a fleet-wide report is then an index-only scan (the 1-day GPU read
-# of 8,000 GPUs over 29 days took 0.18 s of heap fetches, 0.12 s from the index alone).
-GPU_DAY_TOTALS_INDEX = "telemetry_gpu_1d_totals"
-
-
-def gpu_day_totals_index_sql() -> str:
-    """CREATE INDEX for ``GPU_DAY_TOTALS_INDEX`` (a migration's; partitions created later
-    get it from the partitioned table)."""
-    table = ROLLUPS["1d"]["gpu"]
-    power, counter = METRICS["gpu.power_w"], energy_metric()
-    cols = ["n", table.column(power, "avg").name]
-    if counter is not None:
-        cols += [table.column(counter, "min").name, table.column(counter, "last").name]
-    return (f"CREATE INDEX IF NOT EXISTS {GPU_DAY_TOTALS_INDEX} ON {table.name} "
-            f"({_key('gpu')}, ts) INCLUDE ({', '.join(cols)})")
-
-
 def _key(entity: Entity) -> str:
     return RAW[entity].keys[0].name
 
