@@ -405,7 +405,7 @@ PITWALL = {
     "ALERT_EVAL_LANES": envint("PITWALL_ALERT_EVAL_LANES", 2, minimum=1),
     # Evaluator shards (alerts/leases.py): 1, the whole fleet in one evaluating process; n > 1
     # cuts it by host id mod n over the workers, each shard held by one worker for a lease
-    # renewed every cycle (0: two evaluation intervals) and taken over when that lapses.
+    # renewed every cycle (0: 1.5 evaluation intervals) and taken over when that lapses.
     "ALERT_EVAL_SHARDS": envint("PITWALL_ALERT_EVAL_SHARDS", 1, minimum=1),
     "ALERT_EVAL_LEASE_S": envint("PITWALL_ALERT_EVAL_LEASE_S", 0, minimum=0),
     # Beat's dispatch_notifications and deliver_due ticks.

@@ -10,7 +10,7 @@ holds. Before its cycles a worker, in one short transaction that locks the shard
    them at its next tick), then takes shards whose lease lapsed (or that nobody held) up to
    its share.
 
-A worker that dies stops renewing: its leases lapse after ``lease_s`` (two evaluation
+A worker that dies stops renewing: its leases lapse after ``lease_s`` (1.5 evaluation
 intervals by default) and the next tick of any live worker takes its shards, with their
 alerts, which are rows in PostgreSQL. Nothing is lost: the new holder reads the shard's
 window from raw rows (its slices are new), and each rule's claim per shard
@@ -38,8 +38,11 @@ FORGET_AFTER = timedelta(days=1)
 
 
 def lease_seconds() -> float:
+    """The lease, 1.5 intervals by default: a worker renews at the start and the end of its
+    cycles, so no gap between two renewals is longer than an interval; a lost worker's shards
+    lapse before the second tick after its last renewal, which takes them (one cycle missed)."""
     pitwall = settings.PITWALL
-    return float(pitwall["ALERT_EVAL_LEASE_S"] or 2 * pitwall["ALERT_EVAL_INTERVAL_S"])
+    return float(pitwall["ALERT_EVAL_LEASE_S"] or 1.5 * pitwall["ALERT_EVAL_INTERVAL_S"])
 
 
 def hold(owner: str, n: int, lease_s: float | None = None) -> list[int]:

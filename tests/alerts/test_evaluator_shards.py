@@ -86,6 +86,13 @@ def test_a_lost_worker_s_shards_go_to_a_live_one_once_the_lease_lapses(db):
     assert leases.renew("worker-b", [0, 1], LEASE_S) == [0, 1]
 
 
+def test_the_default_lease_lapses_before_the_second_tick_after_the_last_renewal(settings):
+    settings.PITWALL = {**settings.PITWALL, "ALERT_EVAL_INTERVAL_S": 10, "ALERT_EVAL_LEASE_S": 0}
+    assert leases.lease_seconds() == 15
+    settings.PITWALL = {**settings.PITWALL, "ALERT_EVAL_LEASE_S": 40}
+    assert leases.lease_seconds() == 40
+
+
 def test_a_worker_that_stops_in_order_hands_its_shards_back_at_once(db):
     leases.hold("worker-a", 2, LEASE_S)
     leases.release("worker-a")
