@@ -62,12 +62,12 @@ BEAT_TRANSPORT = {"socket_connect_timeout": 2, "socket_timeout": 3}
 
 def _evaluate() -> None:
     from controlplane.alerts.evaluate import evaluate_held
-    from controlplane.alerts.tasks import NOTIFIED, evaluator_name
+    from controlplane.alerts.tasks import NOTIFIED
 
     # With evaluator shards, beat is one more evaluator: it takes the shards whose workers
     # stopped renewing them (no tick reaches a worker without the broker), and gives them
     # back by letting the leases lapse once the workers evaluate again.
-    results = evaluate_held(evaluator_name(f"beat@{socket.gethostname()}"))
+    results = evaluate_held(f"beat@{socket.gethostname()}")
     if any(to in NOTIFIED for result in results for *_, to in result.transitions):
         _dispatch()  # as the task does, at once instead of at the next dispatch tick
 
