@@ -45,9 +45,13 @@ def lease_seconds() -> float:
     return float(pitwall["ALERT_EVAL_LEASE_S"] or 1.5 * pitwall["ALERT_EVAL_INTERVAL_S"])
 
 
+def _lease(lease_s: float | None) -> timedelta:
+    return timedelta(seconds=lease_seconds() if lease_s is None else lease_s)
+
+
 def hold(owner: str, n: int, lease_s: float | None = None) -> list[int]:
     """The shards ``owner`` evaluates now (renewed or taken), of ``n``, in index order."""
-    lease = timedelta(seconds=lease_seconds() if lease_s is None else lease_s)
+    lease = _lease(lease_s)
     with transaction.atomic():
         Evaluator.objects.update_or_create(name=owner, defaults={"seen_at": Now()})
         Evaluator.objects.filter(seen_at__lt=Now() - FORGET_AFTER).delete()
@@ -82,7 +86,7 @@ def renew(owner: str, indexes: list[int], lease_s: float | None = None,
     lease lapsed meanwhile). ``evaluated_at``: the cycles' instant, recorded here rather than
     in a cycle's transaction, where the row's lock would hold every other worker's ``hold``
     until the cycle ends."""
-    lease = timedelta(seconds=lease_seconds() if lease_s is None else lease_s)
+    lease = _lease(lease_s)
     with transaction.atomic():
         rows = EvaluatorShard.objects.select_for_update().filter(index__in=indexes,
                                                                   owner=owner)

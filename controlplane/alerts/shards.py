@@ -49,7 +49,3 @@ class Shard:
 
 
 WHOLE = Shard()
-
-
-def shards(n: int) -> list[Shard]:
-    return WHOLE.lanes(n)
