@@ -471,6 +471,11 @@ PITWALL = {
     "SERVICE_STALL_S": envint("PITWALL_SERVICE_STALL_S", 10, minimum=3),
     "ROLLOUT_CHECK_S": envint("PITWALL_ROLLOUT_CHECK_S", 30, minimum=0),
     "ROLLOUT_SETTLE_S": envint("PITWALL_ROLLOUT_SETTLE_S", 15, minimum=0),
+    # How much longer (a share: 0.5 = half as long again) a changed replica's TTFT or ITL p99
+    # may read than the unchanged replicas' before its check counts a regression; the tuning
+    # verifier's guard by default. Wider where replicas share noisy hosts (vLLM's CPU build).
+    "ROLLOUT_LATENCY_GUARD": envfloat("PITWALL_ROLLOUT_LATENCY_GUARD", 0.5, minimum=0.05,
+                                      maximum=100.0),
     "ROLLOUT_READY_MIN_S": envint("PITWALL_ROLLOUT_READY_MIN_S", 300, minimum=10),
     "HEAL_OFFLINE_S": envint("PITWALL_HEAL_OFFLINE_S", 60, minimum=0),
     # Objectives (docs/efficiency.md): a request meets them when its TTFT is under

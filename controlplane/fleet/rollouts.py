@@ -591,7 +591,13 @@ def check(step: Step, d: Deployment, window: float,
         return Verdict.UNCHANGED, (
             f"latencies not compared: {counts[0]} request(s) on it and {counts[1]} on the "
             f"others in {window:.0f} s, fewer than {MIN_REQUESTS}; no more failed requests")
-    return verify.judge("", _own_quality(before), _own_quality(after))
+    return verify.judge("", _own_quality(before), _own_quality(after), guards=latency_guards())
+
+
+def latency_guards() -> dict[str, float]:
+    """The verifier's guards, the latencies' widened or narrowed by ROLLOUT_LATENCY_GUARD."""
+    guard = float(settings.PITWALL["ROLLOUT_LATENCY_GUARD"])
+    return {**verify.GUARDS, **dict.fromkeys(verify.LATENCY_PAIR, guard)}
 
 
 def _own_quality(figures: dict) -> dict:

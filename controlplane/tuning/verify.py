@@ -91,10 +91,11 @@ def change_of(name: str, before: dict, after: dict) -> float | None:
     return sign * (a - b) / abs(b)
 
 
-def judge(kind: str, before: dict, after: dict) -> tuple[str, str]:
+def judge(kind: str, before: dict, after: dict,
+          guards: dict[str, float] = GUARDS) -> tuple[str, str]:
     target = TARGET.get(kind)
     moved = change_of(target, before, after) if target else None
-    worse = [g for g, limit in GUARDS.items() if g != target
+    worse = [g for g, limit in guards.items() if g != target
              and (c := change_of(g, before, after)) is not None and c <= -limit
              and not _traded(g, c, before, after)]
     summary = "; ".join(_line(name, before, after) for name in METRICS

@@ -4,6 +4,7 @@ workers, the controller ticking on a clock the test moves."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -203,6 +204,23 @@ def test_a_canary_worse_only_in_its_first_check_is_judged_again_and_goes_on(db):
     verdicts = [e.data["verdict"] for e in ServiceEvent.objects.filter(
         service=service, data__phase="checking").order_by("id")]
     assert verdicts[:2] == ["suspect", State.UNCHANGED]
+
+
+def test_a_wider_latency_guard_lets_a_slower_canary_go_on(db, settings):
+    # replicas on shared CPU hosts read several times apart with no change at all: the
+    # operator widens the latency guard, and the same canary as above is judged unchanged
+    settings.PITWALL = {**settings.PITWALL, "ROLLOUT_LATENCY_GUARD": 20.0}
+    service, agents, clock, _ = start(strategy="canary", canary_window_s=60)
+    change_args(service, max_num_seqs=512)
+    run(clock, agents, lambda: rollout_of(service).phase == rollouts.Phase.CHECKING)
+    slower_canary(service, clock, slow_for_s=200)
+    run(clock, agents, ended(service))
+    assert rollout_of(service).state == RolloutState.SUCCEEDED, rollout_of(service).detail
+    first = ServiceEvent.objects.filter(service=service, data__phase="checking").order_by(
+        "id").first()
+    assert first.data["verdict"] == State.UNCHANGED
+    ratio = re.search(r"ttft_p99_s \S+ -> \S+ \(\+(\d+)%\)", first.message)
+    assert ratio and 100 < int(ratio[1]) < 2000, first.message  # slower, within the guard
 
 
 def test_a_canary_within_the_guards_lets_the_rollout_go_on(db):

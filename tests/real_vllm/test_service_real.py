@@ -83,7 +83,7 @@ def test_a_change_rolls_through_real_replicas_without_a_failed_request_and_a_sta
         "requests": len(load.between(0, stall["stopped_at"])), "failed": len(failed),
         "rollout_s": round(rolled_at - changed_at, 1),
         "ttft_p99_steady_s": ttft_p99(steady), "ttft_p99_rollout_s": ttft_p99(during),
-        "requests_during_rollout": len(during), **stall["figures"]}
+        "requests_during_rollout": len(during), "checks": checks(service), **stall["figures"]}
     print(f"\nreal service: {figures}")
     if out := os.environ.get("PITWALL_SERVICE_FIGURES"):
         Path(out).write_text(json.dumps(figures, indent=2))
@@ -92,6 +92,14 @@ def test_a_change_rolls_through_real_replicas_without_a_failed_request_and_a_sta
         assert d.running_revision == d.revision and "--max-num-seqs" in d.running_argv
         assert d.running_argv[d.running_argv.index("--max-num-seqs") + 1] == "16"
     assert stall["figures"]["out_of_rotation_s"] is not None, explain(agent)()
+
+
+def checks(service: Service) -> list[str]:
+    """The rollout's verdicts on each changed replica, with the figures they judged: how far
+    apart two healthy CPU replicas on one shared machine read."""
+    return list(ServiceEvent.objects.filter(
+        service=service, kind=ServiceEventKind.REPLICA_CHANGED, data__has_key="verdict")
+        .order_by("at").values_list("message", flat=True))
 
 
 def answered(load: ServiceLoad, since: float, agent: Process) -> None:
