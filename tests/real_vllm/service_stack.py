@@ -26,11 +26,6 @@ from tests.support.sim_service import Controller
 from tests.tuning.loop import agent_token_file
 
 TICK_S = 1.0
-# Two replicas share this machine's two cores: each engine's OpenMP runs one thread, as vLLM's
-# CPU guide has instances on one host split the cores. Unbound, each ran a thread per core,
-# and the rollout test's clients got 5.2 requests/s answered during the rollout (ITL p99
-# 0.70-0.96 s) against 13.6/s (0.10-0.18 s) with one thread each.
-SHARED_CORES = {"OMP_NUM_THREADS": "1"}
 
 
 def create_service(api, agent: Process, install: Install, tmp_path: Path, args: dict,
@@ -41,7 +36,7 @@ def create_service(api, agent: Process, install: Install, tmp_path: Path, args: 
         hostname="cpu-host", inventory__roles__contains=["router"]).first(), 120, agent.output)
     made = api.post("/api/v1/services/", {
         "name": "tiny", "model": str(install.model), "vllm_version": VERSION, "args": args,
-        "env": {**engine_vars(tmp_path / "engine"), **SHARED_CORES}, "router_host": host.pk,
+        "env": engine_vars(tmp_path / "engine"), "router_host": host.pk,
         "router_port": free_port(), **fields}, format="json")
     assert made.status_code == 201, made.json()
     return Service.objects.get(pk=made.json()["id"])
