@@ -90,11 +90,12 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
     builder = BatchBuilder()
     shipper = _AnnouncingShipper(IngestClient(config.server, config.token), spool,
                                  inventory=lambda: builder.inventory,
-                                 on_inventory_needed=builder.inventory_needed, warn=warn)
+                                 on_inventory_needed=builder.inventory_needed, warn=warn,
+                                 send_interval=_pacing(config))
     loop = Loop(Sampler(sources, warn), builder, shipper.submit, config.interval, warn)
-    log.info("pitwall-agent %s on %s: sending to %s every %s s; spool %s holds %d batches",
-             __version__, config.hostname, config.server, config.interval, config.spool_dir,
-             len(spool))
+    log.info("pitwall-agent %s on %s: sampling every %s s, sending to %s every %s s; spool %s "
+             "holds %d batches", __version__, config.hostname, config.interval, config.server,
+             config.send_interval, config.spool_dir, len(spool))
     stop = threading.Event()
     supervision = None
     if config.supervise or config.router:
@@ -115,6 +116,12 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
         # the process between the spooling above and this line.
         _log_stop(builder, shipper, spool)
     return 0
+
+
+def _pacing(config: AgentConfig) -> float:
+    """The shipper's send interval: 0 (each batch as it is taken) unless it is longer than
+    the sampling interval, so the default behaves exactly as before the flag."""
+    return config.send_interval if config.send_interval > config.interval else 0.0
 
 
 def _log_stop(builder: BatchBuilder, shipper: Shipper, spool: Spool) -> None:

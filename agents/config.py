@@ -38,6 +38,10 @@ from agents.collectors.placement_facts import (
 DEFAULT_INTERVAL = 1.0
 DEFAULT_SIM_GPUS = 8
 DEFAULT_SPOOL_MAX_BYTES = 256 * 1024 * 1024
+# Past this an idle connection meets the server's keep-alive (uvicorn's 5 s) and every request
+# reconnects; and at 1-s sampling, 10 batches make a request the server flushes at once as a
+# spool replay, outside its group commit.
+MAX_SEND_INTERVAL = 5.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 
@@ -53,6 +57,7 @@ class AgentConfig:
     sim_gpus: int = DEFAULT_SIM_GPUS
     vllm_metrics_urls: tuple[str, ...] = ()
     interval: float = DEFAULT_INTERVAL
+    send_interval: float = DEFAULT_INTERVAL  # >= interval; equal: each batch sent as taken
     hostname: str = field(default_factory=socket.gethostname)
     spool_dir: Path = field(default_factory=lambda: default_spool_dir())
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
@@ -180,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        "command lines are visible to other users)")
     token.add_argument("--token-file", type=Path, metavar="PATH",
                        help="file holding the agent token (env PITWALL_TOKEN_FILE)")
+    run.add_argument("--send-interval", type=_positive_float, default=None, metavar="S",
+                     help="send at most once per S seconds, the batches taken meanwhile in one "
+                          "request (live views see samples up to S later); from --interval to "
+                          f"{MAX_SEND_INTERVAL:g} (default: --interval, each batch sent as it "
+                          "is taken)")
     run.add_argument("--allow-insecure-http", action="store_true",
                      help="accept an http:// server that is not this machine (the token and "
                           "the deployments' env travel in clear; for a private network only)")
@@ -236,10 +246,20 @@ def config_from_args(args: argparse.Namespace,
             "--supervise, the deployments' env) travels in clear; use https://, or pass "
             "--allow-insecure-http if this network is private")
     return dataclasses.replace(config, server=server, token=token, supervise=args.supervise,
+                               send_interval=_send_interval(args.send_interval, args.interval),
                                vllm_command=_command(args.vllm_command, "--vllm-command"),
                                router=args.router,
                                router_command=_command(args.router_command, "--router-command"),
                                insecure_http=insecure)
+
+
+def _send_interval(send_interval: float | None, interval: float) -> float:
+    if send_interval is None:
+        return interval
+    if not interval <= send_interval <= MAX_SEND_INTERVAL:
+        raise ConfigError(f"--send-interval {send_interval:g}: must be at least --interval "
+                          f"({interval:g} s) and at most {MAX_SEND_INTERVAL:g} s")
+    return send_interval
 
 
 def _command(text: str | None, flag: str) -> tuple[str, ...] | None:
