@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.db import connection
 
-from controlplane.alerts.arrays import array_literal
+from controlplane.alerts.arrays import UNIX_EPOCH, from_micros, numbers, texts, timestamps
 from controlplane.alerts.fleet_names import FleetNames
 from controlplane.alerts.models import Alert, AlertEvent, AlertRule, AlertState
 from controlplane.alerts.queries import Hit, Hits
@@ -63,7 +63,6 @@ def _columns(alias: str) -> str:
 
 
 _TIME_AT = [i for i, f in enumerate(_FIELDS) if f.name in _TIMES]
-UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def load_alerts(rule_ids: list[int], hits: Hits, now: datetime, shard: Shard = WHOLE
@@ -76,9 +75,9 @@ def load_alerts(rule_ids: list[int], hits: Hits, now: datetime, shard: Shard = W
     with connection.cursor() as cursor:
         cursor.execute(
             load_alerts_sql(shard),
-            {"hit_rules": array_literal(p[0] for p in pairs),
-             "hit_targets": array_literal(p[1] for p in pairs),
-             "rules": array_literal(rule_ids), "open": array_literal(OPEN), "now": now,
+            {"hit_rules": numbers(p[0] for p in pairs),
+             "hit_targets": texts(p[1] for p in pairs),
+             "rules": numbers(rule_ids), "open": texts(OPEN), "now": now,
              "refresh": VALUE_REFRESH, "slack": FOR_SLACK})
         known, settled = {}, set()
         for row in cursor.fetchall():
@@ -209,20 +208,31 @@ def bulk_update_state(alerts: list[AlertRow]) -> None:
     per field with a branch per row, which PostgreSQL evaluates in O(rows²)."""
     if not alerts:
         return
-    params = {"id": array_literal(a.id for a in alerts),
-              **{f: array_literal(getattr(a, f) for a in alerts) for f in _STATE_FIELDS}}
+    params = {"id": numbers(a.id for a in alerts),
+              **{f: _LITERAL[t](getattr(a, f) for a in alerts) for f, t in _STATE_FIELDS.items()}}
     with connection.cursor() as cursor:
         cursor.execute(UPDATE_STATE_SQL, params)
 
 
+# How each column's values are written (arrays.py); timestamps travel as int8 microseconds.
+_LITERAL = {"text": texts, "jsonb": texts, "float8": numbers, "int8": numbers, "int4": numbers,
+            "timestamptz": timestamps}
+
+
 def _unnest(types: dict[str, str]) -> str:
     """unnest() of one array parameter per column, named after it (%(col)s::type[])."""
-    return ",\n  ".join(f"%({name})s::{t}[]" for name, t in types.items())
+    return ",\n  ".join(f"%({name})s::{'int8' if t == 'timestamptz' else t}[]"
+                        for name, t in types.items())
+
+
+def _read(name: str, sql_type: str) -> str:
+    """Column ``name`` of the unnest as its column's type."""
+    return from_micros(f"u.{name}") if sql_type == "timestamptz" else f"u.{name}"
 
 
 UPDATE_STATE_SQL = (
     f"UPDATE {Alert._meta.db_table} a\n"
-    f"SET {', '.join(f'{f} = u.{f}' for f in _STATE_FIELDS)}\n"
+    f"SET {', '.join(f'{f} = {_read(f, t)}' for f, t in _STATE_FIELDS.items())}\n"
     f"FROM unnest(\n  {_unnest({'id': 'int8', **_STATE_FIELDS})})\n"
     f"  AS u({', '.join(['id', *_STATE_FIELDS])})\n"
     "WHERE a.id = u.id")
@@ -234,7 +244,9 @@ _NEW_FIELDS = {"rule_id": "int8", "target": "text", "host_id": "int4", "engine_i
 
 INSERT_NEW_SQL = (
     f"INSERT INTO {Alert._meta.db_table} ({', '.join(_NEW_FIELDS)})\n"
-    f"SELECT * FROM unnest(\n  {_unnest(_NEW_FIELDS)})\n"
+    f"SELECT {', '.join(_read(f, t) for f, t in _NEW_FIELDS.items())}\n"
+    f"FROM unnest(\n  {_unnest(_NEW_FIELDS)})\n"
+    f"  AS u({', '.join(_NEW_FIELDS)})\n"
     "RETURNING id, rule_id, target")
 
 
@@ -244,8 +256,8 @@ def insert_new(alerts: list[Alert]) -> None:
     creates tens of thousands)."""
     if not alerts:
         return
-    params = {f: array_literal(json.dumps(a.labels) if f == "labels" else getattr(a, f)
-                               for a in alerts) for f in _NEW_FIELDS}
+    params = {f: _LITERAL[t](json.dumps(a.labels) if f == "labels" else getattr(a, f)
+                             for a in alerts) for f, t in _NEW_FIELDS.items()}
     with connection.cursor() as cursor:
         cursor.execute(INSERT_NEW_SQL, params)
         ids = {(rule_id, target): id_ for id_, rule_id, target in cursor.fetchall()}
@@ -267,10 +279,10 @@ def insert_events(events: list[tuple[AlertRow, tuple[str, str]]], now: datetime)
         return
     with connection.cursor() as cursor:
         cursor.execute(INSERT_EVENTS_SQL, {
-            "at": now, "alert_id": array_literal(a.id for a, _ in events),
-            "from_state": array_literal(m[0] for _, m in events),
-            "to_state": array_literal(m[1] for _, m in events),
-            "value": array_literal(a.value for a, _ in events)})
+            "at": now, "alert_id": numbers(a.id for a, _ in events),
+            "from_state": texts(m[0] for _, m in events),
+            "to_state": texts(m[1] for _, m in events),
+            "value": numbers(a.value for a, _ in events)})
 
 
 def _new_alert(rule: AlertRule, hit: Hit, names: FleetNames) -> Alert:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.db.models import Model
 
-from controlplane.alerts.arrays import array_literal
+from controlplane.alerts.arrays import numbers
 from controlplane.alerts.models import Alert
 from controlplane.alerts.queries import Hit, Hits
 from controlplane.fleet.models import Engine, Gpu, Host, Service
@@ -28,7 +28,7 @@ def by_ids(model: type[Model], ids: set[int], *columns: str) -> list[tuple]:
     with connection.cursor() as cursor:
         quoted = ", ".join(connection.ops.quote_name(c) for c in columns)
         cursor.execute(f"SELECT id, {quoted} FROM {model._meta.db_table}"
-                       " WHERE id = ANY(%(ids)s::int8[])", {"ids": array_literal(ids)})
+                       " WHERE id = ANY(%(ids)s::int8[])", {"ids": numbers(ids)})
         return cursor.fetchall()
 
 
