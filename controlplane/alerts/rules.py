@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Mapping
+from functools import lru_cache
 
 from django.core.exceptions import ValidationError
 
@@ -91,6 +92,7 @@ def _metric_errors(rule: AlertRule) -> dict[str, str]:
     return errors
 
 
+@lru_cache(maxsize=4096)  # every alert's summary asks, a cycle renders thousands
 def template_problem(template: str) -> str | None:
     """Why a summary template is refused, or None: fields are plain names of TEMPLATE_FIELDS
     (no attribute or index access, no nested field in a format spec), and every number in a
