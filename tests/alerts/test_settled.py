@@ -37,7 +37,7 @@ def test_skipped_alerts_are_exactly_those_step_would_leave_alone(node):
     Alert.objects.bulk_create(made)
     hits = {r.id: [Hit(a.target, node.host.id, None, None, 90.0) for a in made
                    if a.rule_id == r.id] for r in rules.values()}
-    known, settled = load_alerts([r.id for r in rules.values()], hits, T0)
+    known, settled = load_alerts(list(rules.values()), hits, T0)
     assert settled and known  # both kinds occur
     assert settled.isdisjoint(known)
     assert len(settled) + len(known) == len(made)

@@ -1,14 +1,14 @@
 -- apply.load_alerts_sql: the alerts a cycle may step; lane 2 of 2
--- binds: hit_rules, hit_targets, now, open, refresh, rules, slack (given where it runs)
+-- binds: hit_for_s, hit_rules, hit_targets, now, open, refresh, rules, slack (given where it runs)
 WITH h AS MATERIALIZED (
-  SELECT * FROM unnest(%(hit_rules)s::int8[], %(hit_targets)s::text[]) AS h(rule_id, target)),
+  SELECT * FROM unnest(%(hit_rules)s::int8[], %(hit_targets)s::text[], %(hit_for_s)s::int4[]) AS h(rule_id, target, for_s)),
 o AS MATERIALIZED (
-  SELECT a.*, coalesce(h.rule_id IS NOT NULL AND a.last_true_at IS NOT NULL AND a.last_true_at = a.last_evaluated_at
+  SELECT a.id, a.rule_id, a.target, a.host_id, a.engine_id, a.gpu_id, a.state, a.value, a.summary, a.active_since, a.started_at, a.resolved_at, a.last_true_at, a.last_evaluated_at, a.acknowledged_at, a.acknowledged_by, a.ack_comment,
+    coalesce(h.rule_id IS NOT NULL AND a.last_true_at IS NOT NULL AND a.last_true_at = a.last_evaluated_at
     AND a.last_evaluated_at > %(now)s - %(refresh)s
     AND (a.state = 'firing'
-      OR a.active_since + r.for_s * interval '1 second' - %(slack)s > %(now)s), false) AS settled
+      OR a.active_since + h.for_s * interval '1 second' - %(slack)s > %(now)s), false) AS settled
   FROM alerts_alert a
-  JOIN alerts_alertrule r ON r.id = a.rule_id
   LEFT JOIN h ON h.rule_id = a.rule_id AND h.target = a.target
   WHERE a.rule_id = ANY(%(rules)s::int8[]) AND a.state = ANY(%(open)s::text[])
     AND mod(coalesce(a.host_id, 0), 2) = 1)
