@@ -90,12 +90,12 @@ def load_alerts(rules: list[AlertRule], hits: Hits, now: datetime, shard: Shard 
              "hit_for_s": numbers(for_s[p[0]] for p in pairs),
              "rules": numbers(r.id for r in rules), "open": texts(OPEN), "now": now,
              "refresh": VALUE_REFRESH, "slack": FOR_SLACK})
-        known, settled = {}, set()
+        known, settled, times = {}, set(), {}
         for row in cursor.fetchall():
             if row[0]:
                 settled.add((row[2], row[3]))
             else:
-                alert = _alert_row(row[1:])
+                alert = _alert_row(row[1:], times)
                 known[(alert.rule_id, alert.target)] = alert
     return known, settled
 
@@ -144,11 +144,17 @@ _SETTLED = (
     "      OR a.active_since + h.for_s * interval '1 second' - %(slack)s > %(now)s)")
 
 
-def _alert_row(row: tuple) -> AlertRow:
+def _alert_row(row: tuple, times: dict[int, datetime]) -> AlertRow:
+    """``times``: the instants read so far (microseconds -> datetime): a storm's thousands of
+    rows hold a few dozen, each converted once."""
     row = list(row)
     for i in _TIME_AT:
-        if row[i] is not None:
-            row[i] = UNIX_EPOCH + timedelta(microseconds=row[i])
+        micros = row[i]
+        if micros is not None:
+            at = times.get(micros)
+            if at is None:
+                at = times[micros] = UNIX_EPOCH + timedelta(microseconds=micros)
+            row[i] = at
     return AlertRow(*row)
 
 

@@ -33,6 +33,9 @@ def texts(values: Iterable[str | None]) -> str:
 
 def numbers(values: Iterable[int | float | None]) -> str:
     """An int or float8[] literal (nan and inf read as NaN and Infinity)."""
+    values = list(values)
+    if None not in values:
+        return "{" + ",".join(map(repr, values)) + "}"
     return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
 
 
