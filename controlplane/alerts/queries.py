@@ -86,6 +86,7 @@ class Cycle:
     fleet: Fleet
     bounds: dict[int, list[float]]  # histogram layout id -> its bucket bounds
     _values: dict[tuple, np.ndarray] = field(default_factory=dict)
+    _targets: dict[Entity, list[tuple | None]] = field(default_factory=dict)
 
     def column(self, entity: Entity, window_s: int) -> int:
         """The view column of a window's first slice."""
@@ -107,17 +108,29 @@ class Cycle:
     def hit(self, entity: Entity, key: int, value: float, engine: int = -1) -> Hit | None:
         """The Hit of target ``key`` of an entity; None when the fleet no longer has it."""
         value = float(value)  # not a NumPy scalar: hits are written as SQL literals
+        if entity == "proc":
+            host, pid = key >> 32, key & 0xFFFFFFFF
+            return Hit(f"proc:{host}:{pid}", host, engine if engine >= 0 else None, None, value)
+        target = self._target(entity, key)
+        return None if target is None else Hit(*target, value)
+
+    def targets(self, entity: Entity) -> list[tuple | None]:
+        """Per position of a host, GPU or engine view: its Hit's fields but the value (target,
+        host, engine, GPU), None where the fleet no longer has it. Once a cycle for all the
+        rules of the entity: a storm's rules hold on ~28,000 targets a cycle."""
+        if entity not in self._targets:
+            self._targets[entity] = [self._target(entity, key)
+                                     for key in self.views[entity].keys.tolist()]
+        return self._targets[entity]
+
+    def _target(self, entity: Entity, key: int) -> tuple | None:
         if entity == "host":
-            return Hit(f"host:{key}", key, None, None, value) if key in self.fleet.hosts \
-                else None
+            return (f"host:{key}", key, None, None) if key in self.fleet.hosts else None
         if entity == "gpu":
             host = self.fleet.host_of_gpu.get(key)
-            return None if host is None else Hit(f"gpu:{key}", host, None, key, value)
-        if entity == "engine":
-            host = self.fleet.host_of_engine.get(key)
-            return None if host is None else Hit(f"engine:{key}", host, key, None, value)
-        host, pid = key >> 32, key & 0xFFFFFFFF
-        return Hit(f"proc:{host}:{pid}", host, engine if engine >= 0 else None, None, value)
+            return None if host is None else (f"gpu:{key}", host, None, key)
+        host = self.fleet.host_of_engine.get(key)
+        return None if host is None else (f"engine:{key}", host, key, None)
 
     def hits(self, entity: Entity, values: Mapping[int, float]) -> list[Hit]:
         """The Hits of these targets (key -> value) in key order, those the fleet still has."""
@@ -141,15 +154,15 @@ def threshold_hits(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     view = cycle.views[metric.entity]
     values = cycle.value(metric.entity, column_for(metric).name, rule.aggregation,
                          rule.bitmask, rule.window_s)
-    engines = _proc_engines(view, cycle.column("proc", rule.window_s)) \
-        if metric.entity == "proc" else None
-    hits = []
-    for u in holding(values, rule.op, rule.threshold):
-        engine = int(engines[u]) if engines is not None else -1
-        hit = cycle.hit(metric.entity, int(view.keys[u]), float(values[u]), engine)
-        if hit is not None:
-            hits.append(hit)
-    return hits
+    found = holding(values, rule.op, rule.threshold)
+    if metric.entity == "proc":
+        engines = _proc_engines(view, cycle.column("proc", rule.window_s))
+        hits = (cycle.hit("proc", int(view.keys[u]), float(values[u]), int(engines[u]))
+                for u in found)
+        return [hit for hit in hits if hit is not None]
+    targets = cycle.targets(metric.entity)
+    at = zip(found.tolist(), values[found].tolist(), strict=True)
+    return [Hit(*targets[u], value) for u, value in at if targets[u] is not None]
 
 
 def _proc_engines(view: View, j0: int) -> np.ndarray:
