@@ -18,6 +18,7 @@ from agents.supervisor.launch import LaunchPlan
 
 TAIL_LINES = 200
 MAX_LINE_BYTES = 4096  # a progress bar redrawn with \r and no newline must not grow unbounded
+DRAIN_S = 1.0  # at most this long, once, for the pipe's last lines after the leader exits
 
 
 class LogTail:
@@ -55,10 +56,18 @@ class ManagedProcess:
         self._reader = threading.Thread(target=_pump, args=(popen.stdout, tail), daemon=True,
                                         name=f"log-tail-{popen.pid}")
         self._reader.start()
+        self._drained = False  # the tail holds what the leader printed before it exited
 
     def poll(self) -> int | None:
-        """The exit status once the group leader has exited (-N: killed by signal N)."""
-        return self.popen.poll()
+        """The exit status once the group leader has exited (-N: killed by signal N), with
+        what it printed before exiting in the tail: up to a pipe's worth of lines may still be
+        unread when it exits, and a crash's last lines are its reason. The wait is bounded: a
+        process the leader left behind may hold the pipe open."""
+        code = self.popen.poll()
+        if code is not None and not self._drained:
+            self._reader.join(DRAIN_S)
+            self._drained = True
+        return code
 
     def signal_leader(self, signum: int) -> None:
         """Signal the process the supervisor started (vLLM's API server) alone."""
