@@ -1,12 +1,20 @@
 """The raw rows a fold needs, as arrays: one statement per entity table, decoded in bulk.
 
-PostgreSQL aggregates each field of the rows into one array and sends it in binary
-(``array_send``): every element fixed-width (absent values travel as NaN, an absent histogram
-as layout -1 with zero counts), so each field is one ``np.frombuffer``, with no Python step per
-row or value. A binary ``COPY`` sends a message per row, and reading 200,000 of them cost
-psycopg 0.2-0.3 CPU-s a cycle; the arrays cost PostgreSQL ~0.1 s more and Python almost
-nothing (BENCHMARKS.md §7). Timestamps stay PostgreSQL's binary ``timestamptz``: microseconds
-since 2000-01-01 UTC, which is also the epoch the slices are aligned to.
+PostgreSQL sends each row as one fixed-width binary record (every field through its type's
+binary send function, concatenated) and all of them as one ``bytea`` (``string_agg``): absent
+values travel as NaN, an absent histogram as layout -1 with zero counts, so the records are one
+``np.frombuffer`` with a structured dtype, with no Python step per row or value.
+
+Why one record per row and not an array per field (``array_send(array_agg(...))``, the earlier
+form): ``array_send`` calls the element's send function again for every element of every array
+at the end, and building and sending the arrays was two thirds of the statement; the records
+cost PostgreSQL ~0.3x less for the same rows (BENCHMARKS.md §33.2). A binary ``COPY`` sends a
+message per row, and reading 200,000 of them cost psycopg 0.2-0.3 CPU-s a cycle (§7).
+Timestamps stay PostgreSQL's binary ``timestamptz``: microseconds since 2000-01-01 UTC, which is
+also the epoch the slices are aligned to.
+
+One statement's result is one ``bytea``, which PostgreSQL caps at 1 GB: a read covers at most
+a minute (``store.CHUNK_S``), ~50 MB for 8,000 GPUs at 1 s.
 """
 
 from __future__ import annotations
@@ -21,9 +29,6 @@ from agents.protocol import Entity, Metric
 from controlplane.alerts.shards import WHOLE, Shard
 from controlplane.telemetry.schema import OWNERS, TABLES, Column, SampleTable
 
-# A one-dimensional array in binary: its number of dimensions, a has-nulls flag, the element
-# type, then the dimension's length and lower bound; then per element a length and the data.
-_ARRAY_HEADER = 20
 _FLOAT4 = "float4"  # kept as float32: every other scalar travels as float8 (exact below 2^53)
 
 
@@ -64,29 +69,31 @@ def key_sql(entity: Entity, alias: str = "t") -> str:
     return f"{alias}.{TABLES[entity].keys[0].name}::int8"
 
 
-def _fields(reading: Reading) -> list[tuple[str, str]]:
-    """(SQL expression, big-endian NumPy type) of every field read, in order."""
-    out = [(key_sql(reading.entity), ">i8"), ("t.ts", ">i8")]
+def _fields(reading: Reading) -> list[tuple[str, str, str]]:
+    """(SQL expression, its binary send function, big-endian NumPy type) of every field read,
+    in order."""
+    out = [(key_sql(reading.entity), "int8send", ">i8"), ("t.ts", "timestamptz_send", ">i8")]
     if reading.entity == "proc":
-        out.append(("coalesce(t.engine_id, -1)", ">i4"))
+        out.append(("coalesce(t.engine_id, -1)", "int4send", ">i4"))
     for c in reading.scalars:
         if c.sql_type == _FLOAT4:
-            out.append((f"coalesce(t.{c.name}, 'NaN')", ">f4"))
+            out.append((f"coalesce(t.{c.name}, 'NaN')", "float4send", ">f4"))
         else:
-            out.append((f"coalesce(t.{c.name}::float8, 'NaN')", ">f8"))
+            out.append((f"coalesce(t.{c.name}::float8, 'NaN')", "float8send", ">f8"))
     for m in reading.histograms:
         counts = f"t.{m.key}_counts"
         out.append((f"(CASE WHEN {counts} IS NULL THEN -1 "
-                    f"ELSE coalesce(t.{m.key}_layout, -1) END)::int4", ">i4"))
-        out += [(f"coalesce({counts}[{i}], 0)", ">i4") for i in range(1, reading.buckets + 1)]
+                    f"ELSE coalesce(t.{m.key}_layout, -1) END)::int4", "int4send", ">i4"))
+        out += [(f"coalesce({counts}[{i}], 0)", "int4send", ">i4")
+                for i in range(1, reading.buckets + 1)]
     return out
 
 
 def read_sql(reading: Reading, shard: Shard = WHOLE) -> str:
-    """The rows in (%(lo)s, %(hi)s] of the shard's hosts, each field aggregated into one
-    binary array."""
-    lines = ",\n  ".join(f"array_send(array_agg({sql}))" for sql, _ in _fields(reading))
-    return (f"SELECT\n  {lines}\nFROM {reading.table.name} t\n"
+    """The rows in (%(lo)s, %(hi)s] of the shard's hosts, each a binary record, all of them
+    one ``bytea``."""
+    record = "\n  || ".join(f"{send}({sql})" for sql, send, _ in _fields(reading))
+    return (f"SELECT string_agg(\n  {record},\n  ''::bytea)\nFROM {reading.table.name} t\n"
             f"WHERE t.ts > %(lo)s AND t.ts <= %(hi)s{in_shard(reading.entity, shard)}")
 
 
@@ -108,20 +115,22 @@ def read(cursor, reading: Reading, lo: datetime, hi: datetime, shard: Shard = WH
     binary results need."""
     with psycopg.Cursor(cursor.connection) as binary:
         binary.execute(read_sql(reading, shard), {"lo": lo, "hi": hi}, binary=True)
-        return decode(reading, binary.fetchone())
+        return decode(reading, binary.fetchone()[0])
 
 
-def _column(data: bytes | None, dtype: str) -> np.ndarray:
-    if data is None:  # no rows: array_agg gives NULL
-        return np.zeros(0, dtype)
-    elements = np.frombuffer(data, dtype=[("length", ">i4"), ("value", dtype)],
-                             offset=_ARRAY_HEADER)
-    return elements["value"].astype(np.dtype(dtype).newbyteorder("="))
+def record_dtype(reading: Reading) -> np.dtype:
+    """A record's layout: its fields packed in order (no padding), big-endian."""
+    fields = _fields(reading)
+    names = [f"f{i}" for i in range(len(fields))]
+    return np.dtype({"names": names, "formats": [dtype for _, _, dtype in fields]})
 
 
-def decode(reading: Reading, row: tuple) -> Rows:
-    columns = iter(_column(data, dtype) for data, (_, dtype) in
-                   zip(row, _fields(reading), strict=True))
+def decode(reading: Reading, data: bytes | None) -> Rows:
+    """The rows of one ``read_sql`` result (None: no rows, as string_agg gives)."""
+    dtype = record_dtype(reading)
+    records = np.frombuffer(data or b"", dtype=dtype)
+    columns = iter(records[name].astype(records.dtype[name].newbyteorder("="))
+                   for name in dtype.names)
     rows = Rows(key=next(columns), ts=next(columns), engine=None)
     if reading.entity == "proc":
         rows.engine = next(columns).astype(np.int64)

@@ -1,100 +1,101 @@
 -- windows.raw.read_sql: the engine rows, every column
 -- binds: hi, lo (given where it runs)
-SELECT
-  array_send(array_agg(t.engine_id::int8)),
-  array_send(array_agg(t.ts)),
-  array_send(array_agg(coalesce(t.up::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.requests_running, 'NaN'))),
-  array_send(array_agg(coalesce(t.requests_waiting, 'NaN'))),
-  array_send(array_agg(coalesce(t.kv_cache_usage, 'NaN'))),
-  array_send(array_agg(coalesce(t.prefix_cache_hit_rate, 'NaN'))),
-  array_send(array_agg(coalesce(t.preemptions_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.prompt_tokens_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.generation_tokens_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.requests_finished_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.admission_rejections_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.requests_waiting_capacity, 'NaN'))),
-  array_send(array_agg(coalesce(t.requests_waiting_deferred, 'NaN'))),
-  array_send(array_agg(coalesce(t.finished_stop_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.finished_length_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.finished_abort_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.finished_error_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.spec_draft_tokens_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.spec_accepted_tokens_per_s::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.spec_acceptance_rate, 'NaN'))),
-  array_send(array_agg(coalesce(t.lora_running::float8, 'NaN'))),
-  array_send(array_agg(coalesce(t.lora_waiting::float8, 'NaN'))),
-  array_send(array_agg((CASE WHEN t.ttft_seconds_counts IS NULL THEN -1 ELSE coalesce(t.ttft_seconds_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.ttft_seconds_counts[1], 0))),
-  array_send(array_agg(coalesce(t.ttft_seconds_counts[2], 0))),
-  array_send(array_agg(coalesce(t.ttft_seconds_counts[3], 0))),
-  array_send(array_agg(coalesce(t.ttft_seconds_counts[4], 0))),
-  array_send(array_agg(coalesce(t.ttft_seconds_counts[5], 0))),
-  array_send(array_agg(coalesce(t.ttft_seconds_counts[6], 0))),
-  array_send(array_agg(coalesce(t.ttft_seconds_counts[7], 0))),
-  array_send(array_agg((CASE WHEN t.itl_seconds_counts IS NULL THEN -1 ELSE coalesce(t.itl_seconds_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.itl_seconds_counts[1], 0))),
-  array_send(array_agg(coalesce(t.itl_seconds_counts[2], 0))),
-  array_send(array_agg(coalesce(t.itl_seconds_counts[3], 0))),
-  array_send(array_agg(coalesce(t.itl_seconds_counts[4], 0))),
-  array_send(array_agg(coalesce(t.itl_seconds_counts[5], 0))),
-  array_send(array_agg(coalesce(t.itl_seconds_counts[6], 0))),
-  array_send(array_agg(coalesce(t.itl_seconds_counts[7], 0))),
-  array_send(array_agg((CASE WHEN t.e2e_seconds_counts IS NULL THEN -1 ELSE coalesce(t.e2e_seconds_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.e2e_seconds_counts[1], 0))),
-  array_send(array_agg(coalesce(t.e2e_seconds_counts[2], 0))),
-  array_send(array_agg(coalesce(t.e2e_seconds_counts[3], 0))),
-  array_send(array_agg(coalesce(t.e2e_seconds_counts[4], 0))),
-  array_send(array_agg(coalesce(t.e2e_seconds_counts[5], 0))),
-  array_send(array_agg(coalesce(t.e2e_seconds_counts[6], 0))),
-  array_send(array_agg(coalesce(t.e2e_seconds_counts[7], 0))),
-  array_send(array_agg((CASE WHEN t.queue_seconds_counts IS NULL THEN -1 ELSE coalesce(t.queue_seconds_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.queue_seconds_counts[1], 0))),
-  array_send(array_agg(coalesce(t.queue_seconds_counts[2], 0))),
-  array_send(array_agg(coalesce(t.queue_seconds_counts[3], 0))),
-  array_send(array_agg(coalesce(t.queue_seconds_counts[4], 0))),
-  array_send(array_agg(coalesce(t.queue_seconds_counts[5], 0))),
-  array_send(array_agg(coalesce(t.queue_seconds_counts[6], 0))),
-  array_send(array_agg(coalesce(t.queue_seconds_counts[7], 0))),
-  array_send(array_agg((CASE WHEN t.prefill_seconds_counts IS NULL THEN -1 ELSE coalesce(t.prefill_seconds_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.prefill_seconds_counts[1], 0))),
-  array_send(array_agg(coalesce(t.prefill_seconds_counts[2], 0))),
-  array_send(array_agg(coalesce(t.prefill_seconds_counts[3], 0))),
-  array_send(array_agg(coalesce(t.prefill_seconds_counts[4], 0))),
-  array_send(array_agg(coalesce(t.prefill_seconds_counts[5], 0))),
-  array_send(array_agg(coalesce(t.prefill_seconds_counts[6], 0))),
-  array_send(array_agg(coalesce(t.prefill_seconds_counts[7], 0))),
-  array_send(array_agg((CASE WHEN t.iteration_tokens_counts IS NULL THEN -1 ELSE coalesce(t.iteration_tokens_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.iteration_tokens_counts[1], 0))),
-  array_send(array_agg(coalesce(t.iteration_tokens_counts[2], 0))),
-  array_send(array_agg(coalesce(t.iteration_tokens_counts[3], 0))),
-  array_send(array_agg(coalesce(t.iteration_tokens_counts[4], 0))),
-  array_send(array_agg(coalesce(t.iteration_tokens_counts[5], 0))),
-  array_send(array_agg(coalesce(t.iteration_tokens_counts[6], 0))),
-  array_send(array_agg(coalesce(t.iteration_tokens_counts[7], 0))),
-  array_send(array_agg((CASE WHEN t.prompt_length_tokens_counts IS NULL THEN -1 ELSE coalesce(t.prompt_length_tokens_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.prompt_length_tokens_counts[1], 0))),
-  array_send(array_agg(coalesce(t.prompt_length_tokens_counts[2], 0))),
-  array_send(array_agg(coalesce(t.prompt_length_tokens_counts[3], 0))),
-  array_send(array_agg(coalesce(t.prompt_length_tokens_counts[4], 0))),
-  array_send(array_agg(coalesce(t.prompt_length_tokens_counts[5], 0))),
-  array_send(array_agg(coalesce(t.prompt_length_tokens_counts[6], 0))),
-  array_send(array_agg(coalesce(t.prompt_length_tokens_counts[7], 0))),
-  array_send(array_agg((CASE WHEN t.generation_length_tokens_counts IS NULL THEN -1 ELSE coalesce(t.generation_length_tokens_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.generation_length_tokens_counts[1], 0))),
-  array_send(array_agg(coalesce(t.generation_length_tokens_counts[2], 0))),
-  array_send(array_agg(coalesce(t.generation_length_tokens_counts[3], 0))),
-  array_send(array_agg(coalesce(t.generation_length_tokens_counts[4], 0))),
-  array_send(array_agg(coalesce(t.generation_length_tokens_counts[5], 0))),
-  array_send(array_agg(coalesce(t.generation_length_tokens_counts[6], 0))),
-  array_send(array_agg(coalesce(t.generation_length_tokens_counts[7], 0))),
-  array_send(array_agg((CASE WHEN t.prefill_kv_computed_tokens_counts IS NULL THEN -1 ELSE coalesce(t.prefill_kv_computed_tokens_layout, -1) END)::int4)),
-  array_send(array_agg(coalesce(t.prefill_kv_computed_tokens_counts[1], 0))),
-  array_send(array_agg(coalesce(t.prefill_kv_computed_tokens_counts[2], 0))),
-  array_send(array_agg(coalesce(t.prefill_kv_computed_tokens_counts[3], 0))),
-  array_send(array_agg(coalesce(t.prefill_kv_computed_tokens_counts[4], 0))),
-  array_send(array_agg(coalesce(t.prefill_kv_computed_tokens_counts[5], 0))),
-  array_send(array_agg(coalesce(t.prefill_kv_computed_tokens_counts[6], 0))),
-  array_send(array_agg(coalesce(t.prefill_kv_computed_tokens_counts[7], 0)))
+SELECT string_agg(
+  int8send(t.engine_id::int8)
+  || timestamptz_send(t.ts)
+  || float8send(coalesce(t.up::float8, 'NaN'))
+  || float4send(coalesce(t.requests_running, 'NaN'))
+  || float4send(coalesce(t.requests_waiting, 'NaN'))
+  || float4send(coalesce(t.kv_cache_usage, 'NaN'))
+  || float4send(coalesce(t.prefix_cache_hit_rate, 'NaN'))
+  || float8send(coalesce(t.preemptions_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.prompt_tokens_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.generation_tokens_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.requests_finished_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.admission_rejections_per_s::float8, 'NaN'))
+  || float4send(coalesce(t.requests_waiting_capacity, 'NaN'))
+  || float4send(coalesce(t.requests_waiting_deferred, 'NaN'))
+  || float8send(coalesce(t.finished_stop_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.finished_length_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.finished_abort_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.finished_error_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.spec_draft_tokens_per_s::float8, 'NaN'))
+  || float8send(coalesce(t.spec_accepted_tokens_per_s::float8, 'NaN'))
+  || float4send(coalesce(t.spec_acceptance_rate, 'NaN'))
+  || float8send(coalesce(t.lora_running::float8, 'NaN'))
+  || float8send(coalesce(t.lora_waiting::float8, 'NaN'))
+  || int4send((CASE WHEN t.ttft_seconds_counts IS NULL THEN -1 ELSE coalesce(t.ttft_seconds_layout, -1) END)::int4)
+  || int4send(coalesce(t.ttft_seconds_counts[1], 0))
+  || int4send(coalesce(t.ttft_seconds_counts[2], 0))
+  || int4send(coalesce(t.ttft_seconds_counts[3], 0))
+  || int4send(coalesce(t.ttft_seconds_counts[4], 0))
+  || int4send(coalesce(t.ttft_seconds_counts[5], 0))
+  || int4send(coalesce(t.ttft_seconds_counts[6], 0))
+  || int4send(coalesce(t.ttft_seconds_counts[7], 0))
+  || int4send((CASE WHEN t.itl_seconds_counts IS NULL THEN -1 ELSE coalesce(t.itl_seconds_layout, -1) END)::int4)
+  || int4send(coalesce(t.itl_seconds_counts[1], 0))
+  || int4send(coalesce(t.itl_seconds_counts[2], 0))
+  || int4send(coalesce(t.itl_seconds_counts[3], 0))
+  || int4send(coalesce(t.itl_seconds_counts[4], 0))
+  || int4send(coalesce(t.itl_seconds_counts[5], 0))
+  || int4send(coalesce(t.itl_seconds_counts[6], 0))
+  || int4send(coalesce(t.itl_seconds_counts[7], 0))
+  || int4send((CASE WHEN t.e2e_seconds_counts IS NULL THEN -1 ELSE coalesce(t.e2e_seconds_layout, -1) END)::int4)
+  || int4send(coalesce(t.e2e_seconds_counts[1], 0))
+  || int4send(coalesce(t.e2e_seconds_counts[2], 0))
+  || int4send(coalesce(t.e2e_seconds_counts[3], 0))
+  || int4send(coalesce(t.e2e_seconds_counts[4], 0))
+  || int4send(coalesce(t.e2e_seconds_counts[5], 0))
+  || int4send(coalesce(t.e2e_seconds_counts[6], 0))
+  || int4send(coalesce(t.e2e_seconds_counts[7], 0))
+  || int4send((CASE WHEN t.queue_seconds_counts IS NULL THEN -1 ELSE coalesce(t.queue_seconds_layout, -1) END)::int4)
+  || int4send(coalesce(t.queue_seconds_counts[1], 0))
+  || int4send(coalesce(t.queue_seconds_counts[2], 0))
+  || int4send(coalesce(t.queue_seconds_counts[3], 0))
+  || int4send(coalesce(t.queue_seconds_counts[4], 0))
+  || int4send(coalesce(t.queue_seconds_counts[5], 0))
+  || int4send(coalesce(t.queue_seconds_counts[6], 0))
+  || int4send(coalesce(t.queue_seconds_counts[7], 0))
+  || int4send((CASE WHEN t.prefill_seconds_counts IS NULL THEN -1 ELSE coalesce(t.prefill_seconds_layout, -1) END)::int4)
+  || int4send(coalesce(t.prefill_seconds_counts[1], 0))
+  || int4send(coalesce(t.prefill_seconds_counts[2], 0))
+  || int4send(coalesce(t.prefill_seconds_counts[3], 0))
+  || int4send(coalesce(t.prefill_seconds_counts[4], 0))
+  || int4send(coalesce(t.prefill_seconds_counts[5], 0))
+  || int4send(coalesce(t.prefill_seconds_counts[6], 0))
+  || int4send(coalesce(t.prefill_seconds_counts[7], 0))
+  || int4send((CASE WHEN t.iteration_tokens_counts IS NULL THEN -1 ELSE coalesce(t.iteration_tokens_layout, -1) END)::int4)
+  || int4send(coalesce(t.iteration_tokens_counts[1], 0))
+  || int4send(coalesce(t.iteration_tokens_counts[2], 0))
+  || int4send(coalesce(t.iteration_tokens_counts[3], 0))
+  || int4send(coalesce(t.iteration_tokens_counts[4], 0))
+  || int4send(coalesce(t.iteration_tokens_counts[5], 0))
+  || int4send(coalesce(t.iteration_tokens_counts[6], 0))
+  || int4send(coalesce(t.iteration_tokens_counts[7], 0))
+  || int4send((CASE WHEN t.prompt_length_tokens_counts IS NULL THEN -1 ELSE coalesce(t.prompt_length_tokens_layout, -1) END)::int4)
+  || int4send(coalesce(t.prompt_length_tokens_counts[1], 0))
+  || int4send(coalesce(t.prompt_length_tokens_counts[2], 0))
+  || int4send(coalesce(t.prompt_length_tokens_counts[3], 0))
+  || int4send(coalesce(t.prompt_length_tokens_counts[4], 0))
+  || int4send(coalesce(t.prompt_length_tokens_counts[5], 0))
+  || int4send(coalesce(t.prompt_length_tokens_counts[6], 0))
+  || int4send(coalesce(t.prompt_length_tokens_counts[7], 0))
+  || int4send((CASE WHEN t.generation_length_tokens_counts IS NULL THEN -1 ELSE coalesce(t.generation_length_tokens_layout, -1) END)::int4)
+  || int4send(coalesce(t.generation_length_tokens_counts[1], 0))
+  || int4send(coalesce(t.generation_length_tokens_counts[2], 0))
+  || int4send(coalesce(t.generation_length_tokens_counts[3], 0))
+  || int4send(coalesce(t.generation_length_tokens_counts[4], 0))
+  || int4send(coalesce(t.generation_length_tokens_counts[5], 0))
+  || int4send(coalesce(t.generation_length_tokens_counts[6], 0))
+  || int4send(coalesce(t.generation_length_tokens_counts[7], 0))
+  || int4send((CASE WHEN t.prefill_kv_computed_tokens_counts IS NULL THEN -1 ELSE coalesce(t.prefill_kv_computed_tokens_layout, -1) END)::int4)
+  || int4send(coalesce(t.prefill_kv_computed_tokens_counts[1], 0))
+  || int4send(coalesce(t.prefill_kv_computed_tokens_counts[2], 0))
+  || int4send(coalesce(t.prefill_kv_computed_tokens_counts[3], 0))
+  || int4send(coalesce(t.prefill_kv_computed_tokens_counts[4], 0))
+  || int4send(coalesce(t.prefill_kv_computed_tokens_counts[5], 0))
+  || int4send(coalesce(t.prefill_kv_computed_tokens_counts[6], 0))
+  || int4send(coalesce(t.prefill_kv_computed_tokens_counts[7], 0)),
+  ''::bytea)
 FROM telemetry_engine_sample t
 WHERE t.ts > %(lo)s AND t.ts <= %(hi)s
