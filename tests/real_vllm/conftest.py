@@ -16,10 +16,15 @@ def vllm_install() -> Install:
     return install()
 
 
+# Flags beyond engine.BASE_ARGS that the agent must read back from the server's command line
+# (test_engine_serves.py); the other tests of the shared engine need none of their own.
+ENGINE_FLAGS = ("--max-num-seqs", "8", "--max-num-batched-tokens", "1024")
+
+
 @pytest.fixture(scope="module")
 def real_vllm(vllm_install, tmp_path_factory):
     """One real engine shared by a module's tests that only read from it."""
-    engine = RealVllm(vllm_install, tmp_path_factory.mktemp("vllm"))
+    engine = RealVllm(vllm_install, tmp_path_factory.mktemp("vllm"), ENGINE_FLAGS)
     engine.wait_ready()
     yield engine
     engine.stop()
