@@ -1,9 +1,10 @@
 """Print `vllm serve`'s real argument parser as JSON: run with the real vLLM's Python.
 
-    <venv>/bin/python tests/real_vllm/dump_parser.py
+    <venv>/bin/python tests/real_vllm/dump_parser.py [ARGV_JSON ...]
 
-One object per option string: dest, kind of action, type, nargs, choices. The real-vLLM test
-compares Pitwall's argument catalog with it; `check` then feeds it argv to parse.
+One object per option string: dest, kind of action, type, nargs, choices (``options``). The
+real-vLLM test compares Pitwall's argument catalog with it, and feeds it command lines to parse
+(each a JSON list, ``parsed``).
 """
 
 from __future__ import annotations
@@ -39,17 +40,26 @@ def describe(action: argparse.Action) -> dict:
             "choices": choices}
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> dict:
+    """A command line parsed the way `vllm serve` would: its values, or argparse's exit code
+    (2 on an error, whose message argparse prints to stderr)."""
+    try:
+        args = parser.parse_args(["model", *argv])
+    except SystemExit as refused:
+        return {"exit": refused.code}
+    return {"values": {k: v for k, v in vars(args).items()
+                       if isinstance(v, int | float | str | bool | list | type(None))}}
+
+
 def main(argv: list[str]) -> int:
+    """One object: ``options``, the parser's actions; ``parsed``, each command line given (a
+    JSON list per argument) parsed by it. One run: each imports vLLM, seconds of CPU."""
     parser = serve_parser()
-    if argv and argv[0] == "check":
-        # Parse a command line the way `vllm serve` would (argparse exits 2 on an error).
-        args = parser.parse_args(["model", *json.loads(argv[1])])
-        print(json.dumps({k: v for k, v in vars(args).items()
-                          if isinstance(v, int | float | str | bool | list | type(None))},
-                         default=str))
-        return 0
-    print(json.dumps({option: describe(action) for action in parser._actions
-                      for option in action.option_strings}))
+    print(json.dumps({
+        "options": {option: describe(action) for action in parser._actions
+                    for option in action.option_strings},
+        # a parser of its own for each, as each `vllm serve` has
+        "parsed": [parse(serve_parser(), json.loads(line)) for line in argv]}, default=str))
     return 0
 
 
