@@ -121,8 +121,11 @@ run: preflight $(if $(filter 1,$(PITWALL_REAL_VLLM)),real-vllm)
 # suite waits (real minutes of rollups, agents' intervals, polling) rather than computes; at
 # 1,855 tests two workers took 7:18 with the cores 45 % busy, three took 5:31; at 2,873 four
 # took 6:25 and five 4:44: two workers spend most of the run on the long end-to-end tests
-# (the tuning loop, autoscaling), which wait on real minutes rather than compute.
-PYTEST_WORKERS ?= 5
+# (the tuning loop, autoscaling), which wait on real minutes rather than compute. At 2,983
+# five took 401 s with the cores 13 % idle (the three end-to-end tests that wait on minutes,
+# autoscaling, the tuning loop and scale to zero, hold three workers for their first 2-4
+# minutes, leaving two for everything else), seven 381 s with them 3 % idle.
+PYTEST_WORKERS ?= 7
 PYTEST_PARALLEL = $(if $(filter-out 0,$(PYTEST_WORKERS)),\
   -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
