@@ -18,7 +18,7 @@ import numpy as np
 from agents.vllm_args import serve_default
 from controlplane.alerts import objectives
 from controlplane.alerts.models import AlertRule, RuleKind
-from controlplane.alerts.queries import PY_OP, Cycle, Hit, fetch
+from controlplane.alerts.queries import PY_OP, Cycle, Hit, fetch, holding
 from controlplane.alerts.windows.aggregate import average, extreme, in_window, newest_present
 from controlplane.alerts.windows.needs import Needs
 
@@ -131,24 +131,32 @@ def gpu_shares_sql() -> Statement:
 def memory_beyond_share(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     """Per GPU an engine runs on: (avg mem used - share x total) / total, where share sums the
     gpu_memory_utilization of the engines on that GPU. vLLM reserves its share at start, so a
-    healthy engine sits near 0; a positive excess is another process or a leak (OOM risk)."""
+    healthy engine sits near 0; a positive excess is another process or a leak (OOM risk).
+    Array arithmetic over the fleet's GPUs: a Python step per GPU was a tenth of a storm's
+    rules phase."""
     view, j0 = cycle.views["gpu"], cycle.column("gpu", rule.window_s)
-    seen = in_window(view, j0)
-    used, reported = average(view, "mem_used_bytes", j0), extreme(view, "mem_total_bytes",
-                                                                  "max", j0)
-    at = {int(k): u for u, k in enumerate(view.keys.tolist()) if seen[u]}
-    hits = []
-    for gpu_id, host_id, total, engine_id, share in fetch(*gpu_shares_sql()):
-        u = at.get(gpu_id)
-        if u is None or np.isnan(used[u]):
-            continue
-        total = total if total is not None else reported[u]
-        if total is None or np.isnan(total) or total == 0:
-            continue
-        excess = (used[u] - share * total) / total
-        if _holds(excess, rule):
-            hits.append(Hit(f"gpu:{gpu_id}", host_id, engine_id, gpu_id, float(excess)))
-    return hits
+    rows = fetch(*gpu_shares_sql())
+    if not rows or not len(view.keys):
+        return []
+    gpu_ids, host_ids, totals, engine_ids, shares = zip(*rows, strict=True)
+    ids = np.array(gpu_ids, np.int64)
+    u = np.minimum(np.searchsorted(view.keys, ids), len(view.keys) - 1)
+    seen = (view.keys[u] == ids) & in_window(view, j0)[u]
+    used = average(view, "mem_used_bytes", j0)[u]
+    total = np.array([np.nan if t is None else t for t in totals], np.float64)
+    total = np.where(np.isnan(total), extreme(view, "mem_total_bytes", "max", j0)[u], total)
+    ok = seen & ~np.isnan(used) & ~np.isnan(total) & (total != 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        excess = (used - np.array(shares, np.float64) * total) / total
+    excess[~ok] = np.nan
+    return [Hit(f"gpu:{gpu_ids[i]}", host_ids[i], engine_ids[i], gpu_ids[i], value)
+            for i, value in zip(*_holding(excess, rule), strict=True)]
+
+
+def _holding(values: np.ndarray, rule: AlertRule) -> tuple[list[int], list[float]]:
+    """The positions whose value meets the rule's condition, and those values."""
+    found = holding(values, rule.op, rule.threshold)
+    return found.tolist(), values[found].tolist()
 
 
 def engine_gpus_sql() -> Statement:

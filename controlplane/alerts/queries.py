@@ -4,7 +4,8 @@ Each rule's window aggregate is array arithmetic over its entity's (targets x sl
 (``windows.aggregate``); rules that share a metric, an aggregation and a window share the
 result. Only the (rule, target) pairs whose condition holds become ``Hit``s. Histogram
 quantiles sum the slices' bucket counts per engine over the window, keep the layout holding
-most observations, and interpolate per engine (``histogram_quantile``).
+most observations, and interpolate per engine (``histogram_quantiles``: Prometheus's
+``histogram_quantile`` over every engine of a layout at once).
 
 Targets are what the rule's entity is in the fleet: every host, GPU and engine of the fleet
 tables (one with no rows in the window has no value, so no hit), and the processes with slices
@@ -26,13 +27,16 @@ from agents.protocol import Entity
 from controlplane.alerts.models import Aggregation, AlertRule, Op
 from controlplane.alerts.rules import rule_metric
 from controlplane.alerts.shards import WHOLE, Shard
-from controlplane.alerts.windows.aggregate import histogram_sums, rule_value
+from controlplane.alerts.windows.aggregate import (
+    histogram_quantiles,
+    histogram_sums,
+    rule_value,
+)
 from controlplane.alerts.windows.needs import Need, Needs
 from controlplane.alerts.windows.slices import first_slice
 from controlplane.alerts.windows.store import View
 from controlplane.telemetry.models import HistogramLayout
 from controlplane.telemetry.schema import column_for
-from controlplane.telemetry.series.histograms import histogram_quantile
 
 PY_OP: dict[str, Callable] = {
     Op.GT: operator.gt, Op.GE: operator.ge, Op.LT: operator.lt,
@@ -173,20 +177,27 @@ def _proc_engines(view: View, j0: int) -> np.ndarray:
 
 def _quantile_hits(rule: AlertRule, cycle: Cycle) -> list[Hit]:
     metric = rule_metric(rule)
-    view = cycle.views[metric.entity]
     j0 = cycle.column(metric.entity, rule.window_s)
-    layouts, counts = cycle.shared(("quantile", metric.key, j0),
-                                   lambda: histogram_sums(view, metric.key, j0))
-    hits = []
-    for u in np.flatnonzero(layouts >= 0):
-        edges = cycle.bounds.get(int(layouts[u]), [])
-        value = histogram_quantile(rule.quantile or 0.0, edges,
-                                   counts[u, :len(edges) + 1].tolist())
-        if value is not None and PY_OP[rule.op](value, rule.threshold):
-            hit = cycle.hit("engine", int(view.keys[u]), value)
-            if hit is not None:
-                hits.append(hit)
-    return hits
+    q = rule.quantile or 0.0
+    values = cycle.shared(("quantiles", metric.key, j0, q),
+                          lambda: _quantiles(cycle, metric.entity, metric.key, j0, q))
+    targets = cycle.targets(metric.entity)
+    found = holding(values, rule.op, rule.threshold)
+    at = zip(found.tolist(), values[found].tolist(), strict=True)
+    return [Hit(*targets[u], value) for u, value in at if targets[u] is not None]
+
+
+def _quantiles(cycle: Cycle, entity: Entity, key: str, j0: int, q: float) -> np.ndarray:
+    """Per target of the view: the histogram's ``q`` quantile over the window (NaN: none),
+    each layout's targets at once (the rules of one metric and window share the sums)."""
+    view = cycle.views[entity]
+    layouts, counts = cycle.shared(("quantile", key, j0),  # objectives.py shares the sums
+                                   lambda: histogram_sums(view, key, j0))
+    values = np.full(len(layouts), np.nan)
+    for layout in np.unique(layouts[layouts >= 0]).tolist():
+        at = np.flatnonzero(layouts == layout)
+        values[at] = histogram_quantiles(q, cycle.bounds.get(layout, []), counts[at])
+    return values
 
 
 def layouts_of(needs: dict[Entity, Need]) -> dict[int, list[float]]:

@@ -107,6 +107,37 @@ def in_window(view: View, j0: int) -> np.ndarray:
     return (view.rows()[:, j0:] > 0).any(axis=1)
 
 
+def histogram_quantiles(q: float, bounds: list[float], counts: np.ndarray) -> np.ndarray:
+    """``telemetry.series.histograms.histogram_quantile`` for every row of ``counts`` (targets
+    x buckets, per bucket, not cumulative) at once, over one layout's ``bounds``; NaN where it
+    gives None. The same float operations in the same order, so the same values to the bit: a
+    storm's quantile rules made ~16,000 Python calls a cycle."""
+    n = len(counts)
+    out = np.full(n, np.nan)
+    width = len(bounds) + 1
+    if not bounds or counts.shape[1] < width:
+        return out
+    counts = counts[:, :width].astype(np.int64)
+    edges = np.asarray(bounds, np.float64)
+    total = counts.sum(axis=1)
+    rank = q * total.astype(np.float64)
+    below = np.cumsum(counts, axis=1) - counts  # observations in the buckets before each
+    # the first finite bucket that has observations and reaches the rank
+    holds = (counts[:, :-1] > 0) & (below[:, :-1] + counts[:, :-1] >= rank[:, None])
+    found = holds.any(axis=1)
+    i = np.argmax(holds, axis=1)
+    rows = np.arange(n)
+    upper = edges[i]
+    lower = np.where(i > 0, edges[np.maximum(i - 1, 0)], 0.0)
+    c, b = counts[rows, i].astype(np.float64), below[rows, i].astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inside = lower + (upper - lower) * (rank - b) / c
+    inside = np.where((i == 0) & (upper <= 0), upper, inside)
+    out[:] = np.where(found, inside, edges[-1])
+    out[total <= 0] = np.nan
+    return out
+
+
 def histogram_sums(view: View, key: str, j0: int) -> tuple[np.ndarray, np.ndarray]:
     """Per target: the layout holding most observations over the window (ties: the lower id)
     and its counts summed bucket by bucket; layout -1 where the window holds none.
