@@ -8,7 +8,7 @@ values travel as NaN, an absent histogram as layout -1 with zero counts, so the 
 Why one record per row and not an array per field (``array_send(array_agg(...))``, the earlier
 form): ``array_send`` calls the element's send function again for every element of every array
 at the end, and building and sending the arrays was two thirds of the statement; the records
-cost PostgreSQL ~0.3x less for the same rows (BENCHMARKS.md §33.2). A binary ``COPY`` sends a
+cost PostgreSQL about 30 % less for the same rows (BENCHMARKS.md §33.2). A binary ``COPY`` sends a
 message per row, and reading 200,000 of them cost psycopg 0.2-0.3 CPU-s a cycle (§7).
 Timestamps stay PostgreSQL's binary ``timestamptz``: microseconds since 2000-01-01 UTC, which is
 also the epoch the slices are aligned to.
