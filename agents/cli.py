@@ -90,9 +90,9 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
     builder = BatchBuilder()
     shipper = _AnnouncingShipper(IngestClient(config.server, config.token), spool,
                                  inventory=lambda: builder.inventory,
-                                 on_inventory_needed=builder.inventory_needed, warn=warn,
-                                 send_interval=_pacing(config))
-    loop = Loop(Sampler(sources, warn), builder, shipper.submit, config.interval, warn)
+                                 on_inventory_needed=builder.inventory_needed, warn=warn)
+    loop = Loop(Sampler(sources, warn), builder, shipper.submit, config.interval, warn,
+                samples_per_batch=samples_per_batch(config))
     log.info("pitwall-agent %s on %s: sampling every %s s, sending to %s every %s s; spool %s "
              "holds %d batches", __version__, config.hostname, config.interval, config.server,
              config.send_interval, config.spool_dir, len(spool))
@@ -118,10 +118,10 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
     return 0
 
 
-def _pacing(config: AgentConfig) -> float:
-    """The shipper's send interval: 0 (each batch as it is taken) unless it is longer than
-    the sampling interval, so the default behaves exactly as before the flag."""
-    return config.send_interval if config.send_interval > config.interval else 0.0
+def samples_per_batch(config: AgentConfig) -> int:
+    """How many samples go in one batch (one request): those of one send interval; 1 by
+    default (each sample sent as it is taken)."""
+    return max(1, round(config.send_interval / config.interval))
 
 
 def _log_stop(builder: BatchBuilder, shipper: Shipper, spool: Spool) -> None:

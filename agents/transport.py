@@ -245,8 +245,7 @@ class Shipper:
                  on_inventory_needed: Callable[[], None] = lambda: None,
                  warn: Warn = stderr_warn, sleep: Callable[[float], object] | None = None,
                  rand: Callable[[], float] = random.random, backoff_base: float = 0.5,
-                 backoff_cap: float = 30.0, memory_limit: int = 60, send_interval: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 backoff_cap: float = 30.0, memory_limit: int = 60) -> None:
         self.client = client
         self.spool = spool
         self._inventory = inventory
@@ -259,11 +258,6 @@ class Shipper:
         self._rand = rand
         self._base, self._cap = backoff_base, backoff_cap
         self._memory_limit = memory_limit
-        # Live batches go at most once per send interval (0: each as soon as it is taken);
-        # those taken meanwhile wait in memory and go together, one request for several.
-        self._send_interval = send_interval
-        self._clock = clock
-        self._last_live_send = -float("inf")
         self._memq: deque[Batch] = deque()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -323,12 +317,8 @@ class Shipper:
     def step(self) -> bool:
         """Send the next group of batches once; False when there was nothing to send."""
         group = self._next_group()
-        if group and group[0].name is None and self._send_interval:
-            group = self._paced(group)
         if not group:
             return False
-        if group[0].name is None:
-            self._last_live_send = self._clock()
         evicted = self.spool.evictions()
         try:
             reply = self.client.post(self._payload(group, evicted))
@@ -359,17 +349,6 @@ class Shipper:
                 return group
         with self._lock:
             return [Spooled(None, parsed=b) for b in list(self._memq)[: self._group_limit]]
-
-    def _paced(self, group: list[Spooled]) -> list[Spooled]:
-        """Waits out the send interval since the last live request, then takes everything
-        queued by then; nothing when shutdown came meanwhile (close spills the queue)."""
-        wait = self._last_live_send + self._send_interval - self._clock()
-        if wait <= 0:
-            return group
-        self._sleep(wait)
-        if self._stop.is_set():
-            return []
-        return self._next_group()
 
     @staticmethod
     def _payload(group: list[Spooled], evicted: tuple[int, int]) -> Batch | bytes:

@@ -34,8 +34,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between batches")
     parser.add_argument("--batches-per-request", type=int, default=1, metavar="N",
-                        help="each agent sends N batches (N intervals' samples) in one "
-                             "request every N intervals, as with the agent's --send-interval")
+                        help="each agent sends N one-sample batches in one request every N "
+                             "intervals (a replay's shape; the agent's --send-interval sends "
+                             "one N-sample batch: --samples-per-batch)")
+    parser.add_argument("--samples-per-batch", type=int, default=1, metavar="N",
+                        help="one batch of N samples per request every N intervals, as the "
+                             "agent sends with --send-interval (not with --batches-per-request)")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var" / "bench" /
@@ -46,7 +50,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="time each request's steps in the server and explain the slow ones")
     parser.add_argument("--slow-ms", type=float, default=100.0,
                         help="with --trace: requests slower than this are explained")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.samples_per_batch > 1 and args.batches_per_request > 1:
+        parser.error("--samples-per-batch and --batches-per-request do not combine")
+    return args
 
 
 def fresh_database(env: dict) -> None:
@@ -110,7 +117,8 @@ async def drive(args, agents, server_pid) -> dict:
     sampler = ingest_tail.Sampler()
     tasks = [asyncio.create_task(loadgen.run_agent(a, args.port, args.interval, until,
                                                    measure_from, results,
-                                                   args.batches_per_request))
+                                                   args.batches_per_request,
+                                                   args.samples_per_batch))
              for a in agents]
     await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
     rows_before = await asyncio.to_thread(count_rows)
@@ -140,7 +148,9 @@ def summarise(args, results, elapsed, cpu, before, after) -> dict:
         "protocol": args.protocol,
         "workers": args.workers, "interval_s": args.interval, "measured_s": round(elapsed, 1),
         "batches_per_request": args.batches_per_request,
+        "samples_per_batch": args.samples_per_batch,
         "batches_per_s": round(results.batches / elapsed, 1),
+        "samples_per_s": round(results.samples / elapsed, 1),
         "requests_per_s": round(results.ok / elapsed, 1),
         "gpu_rows_per_s": round(stored["gpu"] / elapsed, 1),
         "values_per_s": round(values / elapsed, 1),
@@ -188,8 +198,8 @@ def main(argv=None) -> int:
     print(json.dumps(report, indent=2))
     ok = not report["errors"] and report["latency_ms"]["p99"] < 250
     rate = args.agents / args.interval
-    ok = ok and report["batches_per_s"] >= 0.99 * rate
-    print(f"target >= {rate:.0f} batches/s, p99 < 250 ms, no errors: {'met' if ok else 'NOT met'}")
+    ok = ok and report["samples_per_s"] >= 0.99 * rate
+    print(f"target >= {rate:.0f} samples/s, p99 < 250 ms, no errors: {'met' if ok else 'NOT met'}")
     return 0
 
 

@@ -102,6 +102,18 @@ class Agent:
         return join_batches([self._batch(now - (batches - 1 - k) * interval)
                              for k in range(batches)])
 
+    def multi_sample_body(self, samples: int, interval: float = 1.0) -> bytes:
+        """One batch of ``samples`` samples taken ``interval`` apart (the newest now), as the
+        agent sends with ``--send-interval``: one seq, each sample its own ts."""
+        self.seq += 1
+        now = time.time()
+        batch = {"protocol": 1, "agent": {"version": "bench", "boot_id": self.boot_id,
+                                          "seq": self.seq},
+                 "samples": [sample_template(self.hostname, self.gpus)
+                             | {"ts": now - (samples - 1 - k) * interval}
+                             for k in range(samples)]}
+        return orjson.dumps(self._wire(batch))
+
     def _batch(self, ts: float) -> bytes:
         self.seq += 1
         return b"".join((self.head, str(self.seq).encode(), self.middle,
@@ -115,6 +127,7 @@ class Results:
     errors: dict[str, int] = field(default_factory=dict)
     ok: int = 0  # requests answered 200
     batches: int = 0  # the batches those requests carried
+    samples: int = 0  # the samples those batches carried (one per agent per interval)
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -175,14 +188,17 @@ async def post_once_more_if_stale(conn: Connection, token: str,
 
 
 async def run_agent(agent: Agent, port: int, interval: float, until: float,
-                    measure_from: float, results: Results, batches_per_request: int = 1) -> None:
+                    measure_from: float, results: Results, batches_per_request: int = 1,
+                    samples_per_batch: int = 1) -> None:
     conn = Connection(port)
     # Spread the agents over their sending period, as real agents started at random moments
     # are.
-    await asyncio.sleep(random.random() * interval * batches_per_request)
+    period = interval * batches_per_request * samples_per_batch  # between requests
+    await asyncio.sleep(random.random() * period)
     next_at = time.monotonic()
     while next_at < until:
-        body = agent.next_body(batches_per_request, interval)
+        body = (agent.multi_sample_body(samples_per_batch, interval) if samples_per_batch > 1
+                else agent.next_body(batches_per_request, interval))
         started = time.monotonic()
         try:
             status, payload = await post_once_more_if_stale(conn, agent.token, body)
@@ -195,11 +211,12 @@ async def run_agent(agent: Agent, port: int, interval: float, until: float,
                 if status == 200:
                     results.ok += 1
                     results.batches += batches_per_request
+                    results.samples += batches_per_request * samples_per_batch
                     results.latencies.append(time.monotonic() - started)
                     results.sent.append(started)
                 else:
                     results.error(f"HTTP {status}: {payload[:80]!r}")
-        next_at += interval * batches_per_request
+        next_at += period
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
     conn.close()
 
