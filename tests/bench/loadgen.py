@@ -74,20 +74,25 @@ class Agent:
         self.protocol = protocol
         self.boot_id = str(uuid.uuid4())
         self.seq = 0
-        body = {"protocol": 1, "agent": {"version": "bench", "boot_id": self.boot_id,
-                                         "seq": 123456789},
-                "samples": [sample_template(hostname, gpus) | {"ts": 1.5e9}]}
-        raw = orjson.dumps(self._wire(body))
+        raw = orjson.dumps(self._wire(self._v1(123456789, [1.5e9])))
         self.head, rest = raw.split(b"123456789", 1)
         self.middle, self.tail = rest.split(b"1500000000.0", 1)
 
     def first_body(self) -> bytes:
         self.seq += 1
-        body = {"protocol": 1, "agent": {"version": "bench", "boot_id": self.boot_id,
-                                         "seq": self.seq}, "host": inventory(self.hostname,
-                                                                             self.gpus),
-                "samples": [sample_template(self.hostname, self.gpus) | {"ts": time.time()}]}
+        body = self._v1(self.seq, [time.time()], inventory(self.hostname, self.gpus))
         return orjson.dumps(self._wire(body))
+
+    def _v1(self, seq: int, times: list[float], host: dict | None = None) -> dict:
+        """A v1 batch of this agent: one sample per instant of ``times``, the inventory
+        with it when given."""
+        body: dict = {"protocol": 1, "agent": {"version": "bench", "boot_id": self.boot_id,
+                                               "seq": seq}}
+        if host is not None:
+            body["host"] = host
+        body["samples"] = [sample_template(self.hostname, self.gpus) | {"ts": ts}
+                           for ts in times]
+        return body
 
     def _wire(self, body: dict) -> dict:
         return to_columns(body) if self.protocol == 2 else body
@@ -107,12 +112,8 @@ class Agent:
         agent sends with ``--send-interval``: one seq, each sample its own ts."""
         self.seq += 1
         now = time.time()
-        batch = {"protocol": 1, "agent": {"version": "bench", "boot_id": self.boot_id,
-                                          "seq": self.seq},
-                 "samples": [sample_template(self.hostname, self.gpus)
-                             | {"ts": now - (samples - 1 - k) * interval}
-                             for k in range(samples)]}
-        return orjson.dumps(self._wire(batch))
+        times = [now - (samples - 1 - k) * interval for k in range(samples)]
+        return orjson.dumps(self._wire(self._v1(self.seq, times)))
 
     def _batch(self, ts: float) -> bytes:
         self.seq += 1
