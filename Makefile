@@ -22,7 +22,7 @@ export SESSION_COOKIE_SECURE ?= false
 export CSRF_COOKIE_SECURE ?= false
 export SECURE_HSTS_SECONDS ?= 0
 
-.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-efficiency bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-placement bench-service-stall bench-autoscaling bench-stack bench-selfmetrics bench-real-vllm bench-diagnoses gpu-check lint install lock test-lowest preflight clean
+.PHONY: run test test-fast test-real-vllm test-schema faults real-vllm bench bench-ingest bench-agent bench-replay bench-pk bench-history bench-export bench-efficiency bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-placement bench-service-stall bench-autoscaling bench-stack bench-scale-out bench-selfmetrics bench-real-vllm bench-diagnoses gpu-check lint install lock test-lowest preflight clean
 
 # .venv holds exactly what requirements.lock.txt pins, checked against its hashes (pip, with
 # this machine's pip configuration), then Pitwall itself, editable, without dependencies. The
@@ -180,7 +180,7 @@ gpu-check:
 	  echo "Could not install nvidia-ml-py into $(GPU_CHECK_VENV)"; exit 2; }
 	@PYTHONPATH=$(CURDIR) $(GPU_CHECK_VENV)/bin/python -m agents.gpu_check
 
-bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-export bench-efficiency bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-placement bench-service-stall bench-autoscaling bench-stack bench-selfmetrics
+bench: bench-ingest bench-replay bench-pk bench-agent bench-history bench-export bench-efficiency bench-live bench-alerts bench-alerts-onset bench-tuning bench-tuning-onset bench-silences bench-placement bench-service-stall bench-autoscaling bench-stack bench-scale-out bench-selfmetrics
 
 bench-ingest: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.ingest
@@ -250,6 +250,11 @@ bench-diagnoses: preflight real-vllm
 # CPU and memory per process, the bill per 1,000 GPU hosts, disk growth, the alert cycle.
 bench-stack: preflight
 	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.stack_cost
+
+# 2 ingest processes and 2 evaluator shards over 2,000 hosts against one PostgreSQL, at once:
+# CPU per component per 1,000 hosts, each shard's cycle against one evaluator over 1,000 alone.
+bench-scale-out: preflight
+	@export SECRET_KEY_FILE=$(VAR)/secret_key; $(PY) -m tests.bench.scale_out
 
 # What /metrics's counting costs the ingest path, set against the server's CPU per batch.
 bench-selfmetrics: preflight

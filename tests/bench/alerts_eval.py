@@ -24,6 +24,10 @@ own, all at once, as N workers would (``--shard I/N`` is one of them); each prin
 and the parent each shard's median, to set beside one evaluator over half the hosts:
 
     python -m tests.bench.alerts_eval --hosts 2000 --side-by-side 2
+
+``--pace S`` starts a cycle every S seconds, as beat's tick does (a cycle that runs longer is
+followed at once), instead of back to back: the machine's idle time between cycles is then the
+deployment's (tests/bench/scale_out.py runs the shards so beside live ingest).
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--shard", default="", metavar="I/N",
                         help="the cycles of evaluator shard I of N only, from none of its "
                              "alerts (no previews, no dispatch)")
+    parser.add_argument("--pace", type=float, default=0.0, metavar="S",
+                        help="a cycle every S seconds (the evaluation interval), not back to "
+                             "back")
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/alerts_eval.json")
     return parser.parse_args(argv)
 
@@ -209,7 +216,7 @@ def _threshold(metric, rng: random.Random, quiet: bool = False) -> float:
     return 10**7  # quiet, as most rules are most of the time
 
 
-def measure(end: datetime, cycles: int, shard: str = "") -> list[dict]:
+def measure(end: datetime, cycles: int, shard: str = "", pace: float = 0.0) -> list[dict]:
     from django.db import connection
 
     from controlplane.alerts.evaluate import STORES, evaluate
@@ -227,6 +234,7 @@ def measure(end: datetime, cycles: int, shard: str = "") -> list[dict]:
     out = []
     for i in range(cycles):
         now = end - timedelta(seconds=10 * (cycles - 1 - i))
+        started = time.monotonic()
         meter.start()
         cpu, wall = time.process_time(), time.perf_counter()
         result = evaluate(now, shard=part)
@@ -238,6 +246,8 @@ def measure(end: datetime, cycles: int, shard: str = "") -> list[dict]:
                     "rss_mb": round(psutil.Process().memory_info().rss / 2**20),
                     "slices_mb": round(sum(s.nbytes() for s in STORES[part].values()) / 2**20)})
         print(f"  cycle {i}: {out[-1]}", flush=True)
+        # the last cycle's slot too: a paced run lasts a whole number of intervals
+        time.sleep(max(0.0, started + pace - time.monotonic()))
     connection.close()
     return out
 
@@ -324,33 +334,48 @@ def measure_shard(args: argparse.Namespace, load: dict) -> int:
     index, n = map(int, args.shard.split("/"))
     Alert.objects.annotate(part=Mod(Coalesce("host_id", 0), n)).filter(part=index).delete()
     ShardClaim.objects.filter(shards=n, index=index).delete()
-    cycles = measure(datetime.fromisoformat(load["end"]), args.cycles, args.shard)
+    cycles = measure(datetime.fromisoformat(load["end"]), args.cycles, args.shard, args.pace)
     print("SHARD " + json.dumps({"shard": args.shard, "cycles": cycles}), flush=True)
     return 0
+
+
+def shard_command(args: argparse.Namespace, index: int, n: int) -> tuple[list[str], dict]:
+    """The command and environment of shard ``index`` of ``n``'s process: its PostgreSQL
+    sessions carry its own application_name, so their CPU is counted apart."""
+    argv = [sys.executable, "-m", "tests.bench.alerts_eval", "--reuse", "--cycles",
+            str(args.cycles), "--pace", str(args.pace), "--shard", f"{index}/{n}", "--out",
+            str(args.out)]
+    return argv, {**os.environ, "PGAPPNAME": f"pitwall-bench-shard-{index}"}
+
+
+def shard_summary(out: str, returncode: int) -> dict:
+    """A shard process's JSON line, with the median of its later cycles (the first reads the
+    whole window)."""
+    line = next((x for x in out.splitlines() if x.startswith("SHARD ")), None)
+    if returncode or line is None:
+        raise SystemExit(f"a shard's process failed ({returncode})")
+    shard = json.loads(line[len("SHARD "):])
+    steady = shard["cycles"][1:] or shard["cycles"]
+    shard["steady_wall_s_median"] = statistics.median(c["wall_s"] for c in steady)
+    shard["steady_cpu_s_median"] = statistics.median(
+        c["python_cpu_s"] + c["postgres_cpu_s"] for c in steady)
+    return shard
 
 
 def side_by_side(args: argparse.Namespace, report: dict) -> int:
     """Each shard's cycles in a process of its own, all started at once."""
     n = args.side_by_side
-    children = [subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.alerts_eval", "--reuse", "--cycles",
-         str(args.cycles), "--shard", f"{i}/{n}", "--out", str(args.out)],
-        stdout=subprocess.PIPE, text=True, cwd=harness.ROOT,
-        env={**os.environ, "PGAPPNAME": f"pitwall-bench-shard-{i}"})
-        for i in range(n)]
+    children = []
+    for i in range(n):
+        argv, env = shard_command(args, i, n)
+        children.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True,
+                                          cwd=harness.ROOT, env=env))
     shards = []
     for child in children:
         out, _ = child.communicate()
         print(out, end="", flush=True)
-        line = next((x for x in out.splitlines() if x.startswith("SHARD ")), None)
-        if child.returncode or line is None:
-            raise SystemExit(f"a shard's process failed ({child.returncode})")
-        shards.append(json.loads(line[len("SHARD "):]))
+        shards.append(shard_summary(out, child.returncode))
     for shard in shards:
-        steady = shard["cycles"][1:] or shard["cycles"]
-        shard["steady_wall_s_median"] = statistics.median(c["wall_s"] for c in steady)
-        shard["steady_cpu_s_median"] = statistics.median(
-            c["python_cpu_s"] + c["postgres_cpu_s"] for c in steady)
         print(f"shard {shard['shard']}: {shard['steady_wall_s_median']} s wall a cycle "
               f"(median of later cycles; first {shard['cycles'][0]['wall_s']} s), "
               f"{shard['steady_cpu_s_median']} CPU-s", flush=True)
@@ -392,7 +417,7 @@ def main(argv=None) -> int:
     print(f"{report['rules']} rules, {args.cycles} cycles:", flush=True)
     if args.side_by_side > 1:
         return side_by_side(args, report)
-    report["cycles"] = measure(end, args.cycles)
+    report["cycles"] = measure(end, args.cycles, pace=args.pace)
     report["previews"] = measure_previews(end)
     report["dispatch"] = measure_dispatch(end)
     steady = report["cycles"][1:] or report["cycles"]
