@@ -71,6 +71,7 @@ def test_each_simulated_host_reports_its_placement_facts_and_its_starts_phases(s
     at = wait_until(started, 60, sim_fleet.output).start_phases
     assert set(at) == set(PHASES)  # the store keeps no order: the times do
     assert [at[p] for p in PHASES] == sorted(at[p] for p in PHASES)
-    # The fleet's 2 s start: weights at about half of it, ready at its end.
-    assert 0.5 < at["weights_loaded"] - at["process_start"] < 2.0
-    assert 1.8 < at["api_ready"] - at["process_start"] < 10.0
+    # The fleet's 2 s start: weights at about half of it, ready at its end (no upper bounds: a
+    # loaded machine stretches the interpreter's own start).
+    assert at["weights_loaded"] - at["process_start"] > 0.5
+    assert at["api_ready"] - at["process_start"] > 1.8

@@ -19,6 +19,7 @@ from agents.sim.engine_model import EngineConfig
 from agents.sim.vllm_cli import main, parse_args, parse_known
 from agents.sim.vllm_exposition import cache_config_labels
 from agents.sim.vllm_server import SimOptions, SimVllm, start
+from tests.support.polling import wait_until
 
 SAMPLES = Path(__file__).parent / "fixtures" / "vllm-metrics"
 SAMPLE = "v1-synthetic-vllm-0.33.0.txt"
@@ -162,7 +163,17 @@ def test_closed_loop_clients_are_shared_among_the_data_parallel_ranks():
 def test_a_completion_answers_in_openai_format_and_moves_the_counters(sim_vllm_url):
     before = scrape(sim_vllm_url)
     reply = complete(sim_vllm_url, prompt=list(range(100, 137)), max_tokens=7)
-    after = scrape(sim_vllm_url)
+    # The HTTP counters are recorded after the response is written, as vLLM's instrumentator
+    # does: a scrape at once may come before them.
+    completions = {"handler": "/v1/completions", "status": "2xx"}
+
+    def counted() -> str | None:
+        text = scrape(sim_vllm_url)
+        moved = value(text, "http_requests_total", **completions) > value(
+            before, "http_requests_total", **completions)
+        return text if moved else None
+
+    after = wait_until(counted, 10, lambda: "the completion was never counted")
     assert reply["object"] == "text_completion" and reply["model"] == "Qwen/Qwen3-8B"
     assert reply["usage"] == {"prompt_tokens": 37, "completion_tokens": 7, "total_tokens": 44,
                               "prompt_tokens_details": None}

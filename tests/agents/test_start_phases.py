@@ -199,7 +199,8 @@ def test_a_simulated_replicas_start_has_every_phase_in_order(supervisors):  # no
     assert list(at) == list(PHASES)
     times = [at[phase] for phase in PHASES]
     assert times == sorted(times)
-    # The simulation prints each line at its share of the 3 s: weights at half of it.
-    assert 1.0 < at["weights_loaded"] - at["process_start"] < 2.5
-    assert 2.5 < at["api_ready"] - at["process_start"] < 10.0
+    # The simulation prints each line at its share of the 3 s: weights at half of it, ready at
+    # its end (no upper bounds: a loaded machine stretches the interpreter's own start).
+    assert at["weights_loaded"] - at["process_start"] > 1.0
+    assert at["api_ready"] - at["process_start"] > 2.5
     assert any("ready" in line and "after start" in line for line in status["log_tail"])
