@@ -92,10 +92,11 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
                                  inventory=lambda: builder.inventory,
                                  on_inventory_needed=builder.inventory_needed, warn=warn)
     loop = Loop(Sampler(sources, warn), builder, shipper.submit, config.interval, warn,
-                samples_per_batch=samples_per_batch(config))
-    log.info("pitwall-agent %s on %s: sampling every %s s, sending to %s every %s s; spool %s "
-             "holds %d batches", __version__, config.hostname, config.interval, config.server,
-             config.send_interval, config.spool_dir, len(spool))
+                samples_per_batch=lambda: samples_per_batch(config, shipper.hold_s))
+    log.info("pitwall-agent %s on %s: sampling every %s s, sending to %s, holding samples up "
+             "to %s s when it asks; spool %s holds %d batches", __version__, config.hostname,
+             config.interval, config.server, config.send_interval, config.spool_dir,
+             len(spool))
     stop = threading.Event()
     supervision = None
     if config.supervise or config.router:
@@ -118,10 +119,11 @@ def run_command(config: AgentConfig, warn: Warn) -> int:
     return 0
 
 
-def samples_per_batch(config: AgentConfig) -> int:
-    """How many samples go in one batch (one request): those of one send interval; 1 by
-    default (each sample sent as it is taken)."""
-    return max(1, round(config.send_interval / config.interval))
+def samples_per_batch(config: AgentConfig, hold_s: float) -> int:
+    """How many samples go in one batch (one request): those of the hold the server's last
+    reply asked for (``hold_s``; 0 before the first reply, and while a page watches this
+    host), at most ``--send-interval``'s; 1: each sample sent as it is taken."""
+    return max(1, round(min(hold_s, config.send_interval) / config.interval))
 
 
 def _log_stop(builder: BatchBuilder, shipper: Shipper, spool: Spool) -> None:

@@ -57,7 +57,9 @@ class AgentConfig:
     sim_gpus: int = DEFAULT_SIM_GPUS
     vllm_metrics_urls: tuple[str, ...] = ()
     interval: float = DEFAULT_INTERVAL
-    send_interval: float = DEFAULT_INTERVAL  # >= interval; equal: each batch sent as taken
+    # The most samples are held before they go as one batch (the server asks for up to 5 s,
+    # none while someone watches this host); equal to interval: each sample sent as taken.
+    send_interval: float = MAX_SEND_INTERVAL
     hostname: str = field(default_factory=socket.gethostname)
     spool_dir: Path = field(default_factory=lambda: default_spool_dir())
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
@@ -186,10 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--token-file", type=Path, metavar="PATH",
                        help="file holding the agent token (env PITWALL_TOKEN_FILE)")
     run.add_argument("--send-interval", type=_positive_float, default=None, metavar="S",
-                     help="send at most once per S seconds, the batches taken meanwhile in one "
-                          "request (live views see samples up to S later); from --interval to "
-                          f"{MAX_SEND_INTERVAL:g} (default: --interval, each batch sent as it "
-                          "is taken)")
+                     help="hold samples at most S seconds, to send them as one batch in one "
+                          "request, while the server asks for it (it asks for none while a "
+                          "page watches this host); from --interval (each sample sent as it is "
+                          f"taken) to {MAX_SEND_INTERVAL:g} (the default)")
     run.add_argument("--allow-insecure-http", action="store_true",
                      help="accept an http:// server that is not this machine (the token and "
                           "the deployments' env travel in clear; for a private network only)")
@@ -255,7 +257,7 @@ def config_from_args(args: argparse.Namespace,
 
 def _send_interval(send_interval: float | None, interval: float) -> float:
     if send_interval is None:
-        return interval
+        return max(interval, MAX_SEND_INTERVAL)
     if not interval <= send_interval <= MAX_SEND_INTERVAL:
         raise ConfigError(f"--send-interval {send_interval:g}: must be at least --interval "
                           f"({interval:g} s) and at most {MAX_SEND_INTERVAL:g} s")

@@ -203,22 +203,25 @@ class Sampler:
 class Loop:
     """Ticks on a ``time.monotonic()`` deadline: a slow interval never shifts the next ones.
 
-    Each tick takes a sample; every ``samples_per_batch`` samples become one batch, submitted
-    at once (``--send-interval``: one batch, one request, per send interval). Several samples
-    in one batch cost the server a third less per value than as many one-sample batches in
-    one request: the per-batch work (checks, the stream's claim, the storage form) is paid
-    once (docs/agent.md).
+    Each tick takes a sample; every ``samples_per_batch()`` samples become one batch,
+    submitted at once (the samples of the hold the server asks for: one batch, one request,
+    per hold). Several samples in one batch cost the server a third less per value than as
+    many one-sample batches in one request: the per-batch work (checks, the stream's claim,
+    the storage form) is paid once (docs/agent.md). The count is asked at every tick: when
+    the server asks for each sample at once (someone watches this host), the samples held so
+    far go at the next tick.
     """
 
     def __init__(self, sampler: Sampler, builder: BatchBuilder, submit: Callable[[Batch], None],
                  interval: float = 1.0, warn: Warn = stderr_warn,
                  clock: Callable[[], float] = time.monotonic,
-                 samples_per_batch: int = 1) -> None:
+                 samples_per_batch: int | Callable[[], int] = 1) -> None:
         self.sampler = sampler
         self.builder = builder
         self.submit = submit
         self.interval = interval
-        self.samples_per_batch = samples_per_batch
+        self.samples_per_batch = (samples_per_batch if callable(samples_per_batch)
+                                  else lambda: samples_per_batch)
         self._samples: list[dict[str, Any]] = []  # taken, not in a batch yet
         self._overrun = WarnOnce(warn)
         self._clock = clock
@@ -226,7 +229,7 @@ class Loop:
     def tick(self) -> Batch | None:
         """Take a sample; the batch submitted if this sample completed one, else None."""
         self._samples.append(self.sampler.sample())
-        if len(self._samples) < self.samples_per_batch:
+        if len(self._samples) < self.samples_per_batch():
             return None
         return self.flush()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import math
 import random
 import re
 import ssl
@@ -270,6 +271,9 @@ class Shipper:
         self.delivered_batches = 0
         self.dropped_batches = 0
         self.config_version: int | None = None
+        # How long the server asks this agent to hold samples before sending them as one
+        # batch (its replies' hold_s); 0 until a reply says: the first samples go at once.
+        self.hold_s = 0.0
 
     def submit(self, batch: Batch) -> None:
         """Queue a batch; it is turned into protocol v2 here, once, and stays v2 in memory, on
@@ -379,6 +383,7 @@ class Shipper:
             self.spool.acknowledge_evictions(*evicted)
         self.delivered_batches += len(group)
         self.config_version = reply.body.get("config_version", self.config_version)
+        self.hold_s = asked_hold(reply.body)
         # After a clock refusal, a success is the part the server's clock had reached; while
         # more waits behind it (likely refused again) the backoff goes on. The next group is
         # still tried at once.
@@ -491,3 +496,13 @@ def _retry_after(value: str | None, server_time: float | None, now: float) -> fl
 def _batch_index(reply: Reply) -> int | None:
     match = _BATCH_INDEX.match(str(reply.body.get("field") or ""))
     return int(match[1]) if match else None
+
+
+def asked_hold(body: dict) -> float:
+    """A reply's ``hold_s``: seconds the server asks the agent to hold its samples before
+    sending them as one batch. A server that does not say (older than the field), or says
+    something that is not a finite number of seconds, gets each sample at once."""
+    hold = body.get("hold_s")
+    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold < math.inf:
+        return 0.0
+    return float(hold)

@@ -69,9 +69,12 @@ class Router:
 
 def ingest_app() -> IngestApp:
     """The ingest app with live push: the realtime publisher is fed what each flush committed
-    (the writer's after-commit hook) and builds events for the groups browsers watch."""
+    (the writer's after-commit hook) and builds events for the groups browsers watch; the
+    agents of the hosts it watches are asked for each sample at once."""
     ingest = IngestApp()
-    ingest.listen(Publisher(ingest.layouts.ids))
+    publisher = Publisher(ingest.layouts.ids)
+    ingest.listen(publisher)
+    ingest.watch_with(publisher)
     return ingest
 
 

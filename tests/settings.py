@@ -10,6 +10,11 @@ os.environ.setdefault("CSRF_COOKIE_SECURE", "false")
 os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 # Pages and their static files (uPlot from node_modules) served without collectstatic.
 os.environ.setdefault("PITWALL_STATIC_FINDERS", "true")
+# Servers started by the tests ask their agents for each sample at once: a test that waits for
+# a sample would otherwise wait up to the 5-s hold more. The hold is tested where it is the
+# subject (tests/agents/test_send_interval.py, tests/e2e/test_agent_hold.py), and the
+# production default by tests/test_settings.py.
+os.environ.setdefault("PITWALL_AGENT_HOLD_S", "0")
 
 from controlplane.settings import *  # noqa: E402,F403
 

@@ -33,6 +33,17 @@ def test_a_missing_secret_key_stops_the_process_with_a_message_naming_it():
     assert done.stderr == "pitwall: configuration error: SECRET_KEY is not set\n"
 
 
+@pytest.mark.parametrize(("hold", "printed", "status"), [
+    ("", "5.0", 0), ("0", "0.0", 0), ("6", "PITWALL_AGENT_HOLD_S='6' is outside 0.0..5.0", 2)])
+def test_agents_are_asked_to_hold_their_samples_five_seconds_unless_set(hold, printed, status):
+    # The tests' own servers ask for no hold (tests/settings.py); production asks for 5 s.
+    done = run_manage("shell", "-c", "from django.conf import settings; "
+                      "print(settings.PITWALL['AGENT_HOLD_S'])", SECRET_KEY="k" * 50,
+                      PITWALL_AGENT_HOLD_S=hold)
+    assert done.returncode == status
+    assert printed in done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("name,value,reader,message", [
     ("X_BOOL", "maybe", lambda: envbool("X_BOOL", False), "X_BOOL='maybe' is not a boolean"),
     ("X_INT", "ten", lambda: envint("X_INT", 1), "X_INT='ten' is not an integer"),

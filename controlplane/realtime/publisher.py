@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from django.conf import settings
 
@@ -83,6 +83,13 @@ class Publisher:
         kind, _, ident = group.partition(".")
         ids = {"host": self._hosts, "engine": self._engines}.get(kind, frozenset())
         return self._fleet_on if group == FLEET else ident.isdigit() and int(ident) in ids
+
+    def watches_host(self, host_id: int, engine_ids: Collection[int]) -> bool:
+        """Whether a page shows this host or one of its engines (ingest then asks its agent
+        for each sample at once). The fleet page does not count: it shows every host's newest
+        values, for which a held batch's last sample does."""
+        return host_id in self._hosts or bool(self._engines) and not self._engines.isdisjoint(
+            engine_ids)
 
     # -- in the writer's flush ------------------------------------------------------------
 

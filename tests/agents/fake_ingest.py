@@ -44,6 +44,7 @@ class FakeIngest:
         self.protocols: str | None = None
         self.clock_offset = 0.0
         self.max_skew: float | None = None
+        self.hold_s: float | None = None  # the replies' hold_s; None: not said, as before it
         self.received = threading.Condition()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
@@ -76,7 +77,10 @@ class FakeIngest:
         if self.script:
             status, reply, *headers = self.script.pop(0)
             return status, reply, headers[0] if headers else {}
-        return 200, {"accepted": 1, "duplicates": 0, "config_version": 7, "ignored": []}, {}
+        reply = {"accepted": 1, "duplicates": 0, "config_version": 7, "ignored": []}
+        if self.hold_s is not None:
+            reply["hold_s"] = self.hold_s
+        return 200, reply, {}
 
     def _first_ahead(self, body: dict[str, Any]) -> str | None:
         if self.max_skew is None:

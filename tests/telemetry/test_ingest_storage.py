@@ -45,7 +45,8 @@ def test_a_replayed_batch_is_acknowledged_and_stored_once(ingest, host_token):
     body = batch(seq=1)
     first = ingest.post(body, host_token)
     second = ingest.post(body, host_token)
-    assert first == (200, {"accepted": 1, "duplicates": 0, "config_version": 0, "ignored": []})
+    assert first == (200, {"accepted": 1, "duplicates": 0, "config_version": 0, "hold_s": 0.0,
+                     "ignored": []})
     assert second[0] == 200 and second[1]["duplicates"] == 1 and second[1]["accepted"] == 0
     assert stored_rows()["gpu"] == 2
 

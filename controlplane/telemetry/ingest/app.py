@@ -14,6 +14,11 @@ own bound, a deadline, and a limit per host (admission.py), so one token's slow 
 take every place.
 What else is fed the committed rows (the live publisher) is attached where the application is
 assembled (``IngestApp.listen``, controlplane/asgi.py): telemetry knows no layer above it.
+
+Each reply asks its agent to hold its samples ``AGENT_HOLD_S`` and send them as one batch
+(``hold_s``): the server's work is per batch as much as per value. A host that someone watches
+(``IngestApp.watch_with``: the live publisher knows which hosts and engines pages show) is
+asked for each sample at once, ``hold_s`` 0, so its page stays live to the second.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 import orjson
@@ -72,6 +77,13 @@ class CommitListener(Protocol):
     async def stop(self) -> None: ...
 
 
+class HostWatcher(Protocol):
+    """Something that knows which hosts a person watches live (the live publisher)."""
+
+    def watches_host(self, host_id: int, engine_ids: Collection[int]) -> bool:
+        """Whether a page shows this host or one of its engines now; no I/O."""
+
+
 class Shed(Exception):
     """Shed after the door (a SHED_REASONS key): answered like a shed at the door."""
 
@@ -98,6 +110,8 @@ class IngestApp:
         self.registry = Registry()
         self.layouts = LayoutCache()
         self.listeners: list[CommitListener] = []
+        self.hold_s = conf["AGENT_HOLD_S"]  # what a reply asks of an agent nobody watches
+        self.watchers: list[HostWatcher] = []
         self.started = False
         self.trace = trace.from_environment()
         self.writer.trace = self.trace
@@ -111,6 +125,18 @@ class IngestApp:
         and start and stop it with this app. Attach before the app starts."""
         self.listeners.append(listener)
         self.writer.after_commit.append(listener.on_commit)
+
+    def watch_with(self, watcher: HostWatcher) -> None:
+        """Ask the agents of the hosts ``watcher`` says are watched for each sample at once."""
+        self.watchers.append(watcher)
+
+    def hold_for(self, host_id: int) -> float:
+        """The ``hold_s`` a reply to this host carries: none while a page watches it."""
+        if self.hold_s and self.watchers:
+            engines = self.registry.engine_ids(host_id)
+            if any(watcher.watches_host(host_id, engines) for watcher in self.watchers):
+                return 0.0
+        return self.hold_s
 
     async def startup(self) -> None:
         if not self.started:
@@ -246,7 +272,7 @@ class IngestApp:
                        if is_new)
         metrics.count_answered(new)
         return {"accepted": accepted, "duplicates": new.count(False), "config_version": version,
-                "ignored": sorted(parsed.ignored)}
+                "hold_s": self.hold_for(host_id), "ignored": sorted(parsed.ignored)}
 
     async def _work(self, host_id: int, token_id: int, batch: Batch) -> Work:
         state = await self.registry.prepare(host_id, batch, token_id)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, transaction
@@ -239,6 +239,11 @@ class Registry:
             state = self._hosts.get(host_id)
             if state is not None and state.inventory_digest:
                 del self._hosts[host_id]
+
+    def engine_ids(self, host_id: int) -> Collection[int]:
+        """The ids of the host's engines this process knows (none before its first batch)."""
+        state = self._hosts.get(host_id)
+        return state.engine_ids.values() if state is not None else ()
 
     async def host(self, host_id: int) -> HostState:
         state = self._hosts.get(host_id)

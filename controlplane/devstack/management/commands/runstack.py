@@ -16,6 +16,10 @@ from controlplane.fleet.tokens import issue_agent_token
 from controlplane.lib.selfmetrics import MULTIPROC_ENV, multiprocess_dir, prepare_directory
 
 INVENTORY_WAIT_S = 60.0
+# Longer than the 5 s an agent holds its samples between requests (PITWALL_AGENT_HOLD_S): with
+# uvicorn's default of 5 s the server would close many kept-alive connections just as the next
+# request comes (docs/configuration.md).
+KEEP_ALIVE = ("--timeout-keep-alive", "15")
 # The demo fleet's deployments: most are healthy; two are mis-tuned on purpose so the Tuning
 # page has something to say after its first 10-minute window (docs/tuning.md). On 4 GPUs (the
 # demo service takes the other half) the 70B model's weights are 35 GB a GPU: 0.6 of 80 GB
@@ -36,7 +40,7 @@ def server_children(opts: dict, var: Path) -> list[Child]:
         Child("web", [python(), "-m", "uvicorn", "controlplane.asgi:application",
                       "--host", opts["host"], "--port", str(opts["port"]),
                       "--workers", str(opts["web_workers"]), "--log-level", "warning",
-                      "--no-access-log"], env),
+                      "--no-access-log", *KEEP_ALIVE], env),
         # Two slots at least: a slow notification receiver holds one (one attempt per channel
         # at a time, alerts/delivery/service.py), the alert cycle and other channels the other.
         Child("celery-worker", [python(), "-m", "celery", "-A", "controlplane", "worker",
