@@ -20,7 +20,11 @@ adds: it is reported apart and not counted against the target.
 
 Per trial, from the rows: onset -> first evaluation that saw it (pending, ``active_since``) ->
 firing (``started_at``) -> dispatch (the Notification's ``created_at``) -> arrival at the
-receiver. Not included: the agent's batching and the ingest path (the rows are INSERTed here).
+receiver. Each GPU's rows are written ``--hold-s`` (5) at a time, at a random phase of its
+own, as an agent holding its samples 5 s sends them (the server's default hold,
+``PITWALL_AGENT_HOLD_S``); the onset stays the hot sample's time; ``--hold-s 0`` writes each
+row at once (a host a page watches). Not included: the ingest path
+itself (the rows are INSERTed here; its p99 is ~0.1-0.2 s, BENCHMARKS.md §33.1).
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--for-s", type=int, default=30)
     parser.add_argument("--seed", type=int, default=None, help="onset gaps (default: random)")
+    parser.add_argument("--hold-s", type=int, default=5, metavar="H",
+                        help="write each GPU's rows H at a time, as an agent holding its "
+                             "samples H seconds sends them (default 5, the server's default "
+                             "hold; 0: each row at once, as for a host a page watches)")
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/alerts_onset.json")
     return parser.parse_args(argv)
 
@@ -83,14 +91,21 @@ def setup(receiver_url: str, names: list[str], for_s: int) -> dict[str, int]:
 
 
 class Feed:
-    """One row a second per GPU, stamped with the real clock: hot from its onset on."""
+    """One row a second per GPU, stamped with the real clock: hot from its onset on. With a
+    hold of H samples, each GPU's rows are written H at a time (an agent's batch), the GPUs
+    at random phases."""
 
-    def __init__(self, gpus: dict[str, int], onsets: dict[str, float]) -> None:
+    def __init__(self, gpus: dict[str, int], onsets: dict[str, float], hold: int = 0,
+                 rng: random.Random | None = None) -> None:
         from controlplane.telemetry.schema import TABLES
 
         self.gpus, self.onsets, self.table = gpus, onsets, TABLES["gpu"].name
         self.first_hot: dict[str, float] = {}
         self.last = 0.0
+        self.hold = max(1, hold)
+        rng = rng or random.Random()
+        self.ticks = {name: rng.randrange(self.hold) for name in gpus}  # the phase
+        self.held: dict[str, list] = {name: [] for name in gpus}
 
     def tick(self) -> None:
         from django.db import connection
@@ -107,7 +122,13 @@ class Feed:
             hot = now >= self.onsets[name]
             if hot:
                 self.first_hot.setdefault(name, now)
-            rows.append([gpu_id, ts, 95.0 if hot else 50.0])
+            self.held[name].append([gpu_id, ts, 95.0 if hot else 50.0])
+            self.ticks[name] += 1
+            if self.ticks[name] % self.hold == 0:  # this GPU's agent sends its batch
+                rows.extend(self.held[name])
+                self.held[name] = []
+        if not rows:
+            return
         with connection.cursor() as cursor:  # autocommit: visible to the worker at once
             partitions.ensure(cursor, {ts.date(), (ts + timedelta(minutes=5)).date()})
             cursor.executemany(f"INSERT INTO {self.table} (gpu_id, ts, temp_c) VALUES "
@@ -166,7 +187,7 @@ def run(args: argparse.Namespace, env: dict) -> dict:
                 [*celery, *argv, "--loglevel", "warning"], cwd=harness.ROOT, env=env,
                 stdout=log, stderr=subprocess.STDOUT), log))
         # Warm: the first evaluation ran, so onsets fall at random phases of running ticks.
-        feed = Feed(gpus, {name: float("inf") for name in names})
+        feed = Feed(gpus, {name: float("inf") for name in names}, args.hold_s, rng)
         def evaluated() -> bool:
             feed.tick()
             return AlertRule.objects.filter(enabled=True, last_evaluated_at__isnull=False

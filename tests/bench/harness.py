@@ -49,7 +49,8 @@ def fresh_database(env: dict) -> None:
 def server(env: dict, port: int, workers: int = 1):
     argv = [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host",
             "127.0.0.1", "--port", str(port), "--workers", str(workers), "--log-level",
-            "warning", "--no-access-log", "--loop", "uvloop", "--http", "httptools"]
+            "warning", "--no-access-log", "--loop", "uvloop", "--http", "httptools",
+            "--timeout-keep-alive", "15"]  # as runstack: longer than an agent's 5-s hold
     proc = subprocess.Popen(argv, cwd=ROOT, env=env)
     try:
         wait_for_url(f"http://127.0.0.1:{port}/healthz", proc)

@@ -37,9 +37,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="each agent sends N one-sample batches in one request every N "
                              "intervals (a replay's shape; the agent's --send-interval sends "
                              "one N-sample batch: --samples-per-batch)")
-    parser.add_argument("--samples-per-batch", type=int, default=1, metavar="N",
-                        help="one batch of N samples per request every N intervals, as the "
-                             "agent sends with --send-interval (not with --batches-per-request)")
+    parser.add_argument("--samples-per-batch", type=int, default=None, metavar="N",
+                        help="one batch of N samples per request every N intervals, whatever "
+                             "the server asks (default: as the agent does, the samples of the "
+                             "hold its replies ask for, at most --send-interval)")
+    parser.add_argument("--send-interval", type=float, default=5.0, metavar="S",
+                        help="the agents' cap on the hold the server asks for (the agent's "
+                             "flag; default 5)")
+    parser.add_argument("--hold-s", type=float, default=None, metavar="S",
+                        help="the server's PITWALL_AGENT_HOLD_S (default: the production "
+                             "default, 5 s; 0: each sample sent as it is taken, as for a host "
+                             "a page watches)")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var" / "bench" /
@@ -51,8 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--slow-ms", type=float, default=100.0,
                         help="with --trace: requests slower than this are explained")
     args = parser.parse_args(argv)
-    if args.samples_per_batch > 1 and args.batches_per_request > 1:
-        parser.error("--samples-per-batch and --batches-per-request do not combine")
+    if args.batches_per_request > 1:
+        if (args.samples_per_batch or 1) > 1:
+            parser.error("--samples-per-batch and --batches-per-request do not combine")
+        args.samples_per_batch = 1
     return args
 
 
@@ -118,7 +128,8 @@ async def drive(args, agents, server_pid) -> dict:
     tasks = [asyncio.create_task(loadgen.run_agent(a, args.port, args.interval, until,
                                                    measure_from, results,
                                                    args.batches_per_request,
-                                                   args.samples_per_batch))
+                                                   args.samples_per_batch,
+                                                   args.send_interval))
              for a in agents]
     await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
     rows_before = await asyncio.to_thread(count_rows)
@@ -148,7 +159,9 @@ def summarise(args, results, elapsed, cpu, before, after) -> dict:
         "protocol": args.protocol,
         "workers": args.workers, "interval_s": args.interval, "measured_s": round(elapsed, 1),
         "batches_per_request": args.batches_per_request,
-        "samples_per_batch": args.samples_per_batch,
+        "samples_per_batch": args.samples_per_batch or "as the server asks",
+        "hold_s": args.hold_s if args.hold_s is not None else "default",
+        "samples_per_request": round(results.samples / max(results.ok, 1), 2),
         "batches_per_s": round(results.batches / elapsed, 1),
         "samples_per_s": round(results.samples / elapsed, 1),
         "requests_per_s": round(results.ok / elapsed, 1),
@@ -170,6 +183,8 @@ def summarise(args, results, elapsed, cpu, before, after) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     env = harness.bench_env()
+    if args.hold_s is not None:
+        env["PITWALL_AGENT_HOLD_S"] = str(args.hold_s)
     os.environ.update({k: env[k] for k in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE",
                                             "SECRET_KEY", "SECURE_SSL_REDIRECT")})
     print(f"ingest bench: fresh database {harness.BENCH_DB}, {args.agents} agents ...",

@@ -17,6 +17,7 @@ import orjson
 
 from agents.protocol import to_columns
 from agents.spool import join_batches
+from agents.transport import asked_hold
 
 GPU_VALUES = {
     "mem_used_bytes": 72 * 2**30, "mem_total_bytes": 80 * 2**30, "util_pct": 97.0,
@@ -74,6 +75,7 @@ class Agent:
         self.protocol = protocol
         self.boot_id = str(uuid.uuid4())
         self.seq = 0
+        self.hold_s = 0.0  # what the server's last reply asked (agents.transport.asked_hold)
         raw = orjson.dumps(self._wire(self._v1(123456789, [1.5e9])))
         self.head, rest = raw.split(b"123456789", 1)
         self.middle, self.tail = rest.split(b"1500000000.0", 1)
@@ -188,17 +190,29 @@ async def post_once_more_if_stale(conn: Connection, token: str,
         return await conn.post(token, body)
 
 
+def held_samples(agent: Agent, interval: float, samples_per_batch: int | None,
+                 cap_s: float) -> int:
+    """Samples in the agent's next batch: ``samples_per_batch`` if fixed, else those of the
+    hold the server's last reply asked for, at most ``cap_s`` (agents.cli.samples_per_batch)."""
+    if samples_per_batch is not None:
+        return samples_per_batch
+    return max(1, round(min(agent.hold_s, cap_s) / interval))
+
+
 async def run_agent(agent: Agent, port: int, interval: float, until: float,
                     measure_from: float, results: Results, batches_per_request: int = 1,
-                    samples_per_batch: int = 1) -> None:
+                    samples_per_batch: int | None = 1, cap_s: float = 5.0) -> None:
+    """Send as an agent does until ``until``; ``samples_per_batch`` None: as many samples a
+    batch as the replies' ``hold_s`` asks (at most ``cap_s``, the agent's --send-interval)."""
     conn = Connection(port)
+    per_batch = held_samples(agent, interval, samples_per_batch, cap_s)
     # Spread the agents over their sending period, as real agents started at random moments
     # are.
-    period = interval * batches_per_request * samples_per_batch  # between requests
-    await asyncio.sleep(random.random() * period)
+    await asyncio.sleep(random.random() * interval * batches_per_request * per_batch)
     next_at = time.monotonic()
     while next_at < until:
-        body = (agent.multi_sample_body(samples_per_batch, interval) if samples_per_batch > 1
+        per_batch = held_samples(agent, interval, samples_per_batch, cap_s)
+        body = (agent.multi_sample_body(per_batch, interval) if per_batch > 1
                 else agent.next_body(batches_per_request, interval))
         started = time.monotonic()
         try:
@@ -212,12 +226,14 @@ async def run_agent(agent: Agent, port: int, interval: float, until: float,
                 if status == 200:
                     results.ok += 1
                     results.batches += batches_per_request
-                    results.samples += batches_per_request * samples_per_batch
+                    results.samples += batches_per_request * per_batch
                     results.latencies.append(time.monotonic() - started)
                     results.sent.append(started)
                 else:
                     results.error(f"HTTP {status}: {payload[:80]!r}")
-        next_at += period
+            if status == 200:
+                agent.hold_s = asked_hold(orjson.loads(payload))
+        next_at += interval * batches_per_request * per_batch
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
     conn.close()
 
@@ -233,5 +249,6 @@ async def register(agents: list[Agent], port: int) -> None:
             conn.close()
             if status != 200:
                 raise RuntimeError(f"registering {agent.hostname}: {status} {payload!r}")
+            agent.hold_s = asked_hold(orjson.loads(payload))
 
     await asyncio.gather(*(one(a) for a in agents))
