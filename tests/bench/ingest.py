@@ -3,10 +3,14 @@
     make bench-ingest                       # 1,000 agents x 8 GPUs at 1 Hz for 30 s
     python -m tests.bench.ingest --agents 1500 --duration 60 --workers 2
 
-Each agent sends a 1-second batch (8 GPUs, one engine with 4 histograms, 2 processes) with a
-unique sequence number over its own keep-alive connection. Reports batches/s, GPU rows/s,
-values/s, latency percentiles, errors, and CPU-seconds per million stored values for the
-server and PostgreSQL. The load generator runs on the same machine (its CPU is reported too).
+Each agent takes a sample a second (8 GPUs, one engine with 4 histograms, 2 processes) and
+sends as the real agent does, over its own keep-alive connection: the samples of the hold the
+server's replies ask for as one batch (5 s by default, a fleet no page watches: five samples a
+request), each with a unique sequence number; ``--hold-s 0`` (the server asks for each sample
+at once, as for watched hosts) or ``--samples-per-batch N`` (whatever the server asks) change
+it. Reports requests, batches and samples per second, GPU rows/s, values/s, latency
+percentiles, errors, and CPU-seconds per million stored values for the server and PostgreSQL.
+The load generator runs on the same machine (its CPU is reported too).
 """
 
 from __future__ import annotations
