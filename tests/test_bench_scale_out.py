@@ -81,3 +81,12 @@ def test_postgres_processes_are_counted_for_the_component_whose_session_they_ser
     assert scale_out.postgres_group(("other", scale_out.INGEST_APP, "client backend"), db,
                                     groups) is None
     assert "WAL" in scale_out.postgres_group((None, "", "walwriter"), db, groups)
+
+
+def test_the_brin_stand_in_summarises_the_full_ranges_once_and_leaves_the_filling_one():
+    ranges = ["idx", "part", 128, 256]  # the bench's own rows end in the range before 256
+    assert scale_out.summarise_sql(ranges, 300) is None  # 256-383 is still filling
+    sql, params = scale_out.summarise_sql(ranges, 700)
+    assert (params["first"], params["stop"]) == (256, 640) and ranges[3] == 640
+    assert "brin_summarize_range" in sql
+    assert scale_out.summarise_sql(ranges, 700) is None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -41,7 +42,7 @@ import orjson
 import psutil
 import uvloop
 
-from tests.bench import alerts_eval, harness, loadgen
+from tests.bench import alerts_eval, autovacuum, harness, loadgen
 
 INGEST_APP = "pitwall-bench-ingest"
 OTHERS = "other processes on the machine (other sessions, other databases)"
@@ -303,6 +304,97 @@ class ComponentMeter:
                             "cores": psutil.cpu_count()}}
 
 
+# -- what autovacuum would do, on a server that runs with it off (CI's) ------------------------
+
+SUMMARISER_APP = "pitwall-bench-autovacuum"
+BRIN_RANGES_SQL = """
+SELECT i.indexrelid::regclass::text, coalesce((
+         SELECT option_value::int FROM pg_options_to_table(c.reloptions)
+         WHERE option_name = 'pages_per_range'), 128)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+WHERE i.indrelid = %s::regclass AND a.amname = 'brin'
+"""
+
+
+def ingest_ranges(end: datetime) -> list[list]:
+    """[BRIN index, table, pages per range, first block] of each raw table partition ingest
+    writes today: past the bench's own rows where that is the partition of the load's end."""
+    from django.db import connection
+
+    from controlplane.telemetry import partitions
+    from controlplane.telemetry.schema import TABLES
+
+    out = []
+    with connection.cursor() as cursor:
+        for table in TABLES.values():
+            part = partitions.partition_name(table.name, datetime.now(UTC).date())
+            cursor.execute("SELECT to_regclass(%s)", (part,))
+            if cursor.fetchone()[0] is None:
+                continue
+            cursor.execute(BRIN_RANGES_SQL, (part,))
+            for index, per_range in cursor.fetchall():
+                cursor.execute(f"SELECT max((ctid::text::point)[0])::bigint FROM {part} "
+                               "WHERE ts > %s::timestamptz - interval '2 s' AND ts <= %s",
+                               (end, end))
+                last = cursor.fetchone()[0]
+                # the range holding the bench's last rows stays as the bench left it
+                first = 0 if last is None else (last // per_range + 1) * per_range
+                out.append([index, part, per_range, first])
+    return out
+
+
+SUMMARISE_SQL = """
+SELECT count(brin_summarize_range(%(index)s::regclass, b))
+FROM generate_series(%(first)s::bigint, %(stop)s::bigint - 1, %(per_range)s::bigint) AS b
+"""
+
+
+def summarise_sql(ranges: list, pages: int) -> tuple[str, dict] | None:
+    """The statement that summarises the full block ranges from ``ranges``' first block, as
+    autosummarize does once the next range gets rows (None: none is full yet); advances it."""
+    index, _, per_range, first = ranges
+    stop = (pages - 1) // per_range * per_range  # the last range, still filling, stays out
+    if stop <= first:
+        return None
+    ranges[3] = stop
+    return SUMMARISE_SQL, {"index": index, "first": first, "stop": stop,
+                           "per_range": per_range}
+
+
+async def summarise(conn, ranges: list[list]) -> None:
+    for entry in ranges:
+        cur = await conn.execute("SELECT pg_relation_size(%s) / current_setting('block_size')"
+                                 "::int", (entry[1],))
+        statement = summarise_sql(entry, (await cur.fetchone())[0])
+        if statement is not None:
+            await conn.execute(*statement)
+
+
+async def summarise_now(database: str, ranges: list[list]) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(
+            f"host=127.0.0.1 dbname={database}", autocommit=True) as conn:
+        await summarise(conn, ranges)
+
+
+async def summarise_every(database: str, ranges: list[list], seconds: float) -> None:
+    """BRIN's autosummarize, which autovacuum's workers carry out: ingest's rows summarised
+    as it fills ranges, so the cycles' reads of the load's last minutes meet one unsummarised
+    tail, the bench's own (as the single evaluator's do), and not ingest's on top."""
+    import psycopg
+
+    conn = await psycopg.AsyncConnection.connect(
+        f"host=127.0.0.1 dbname={database} application_name={SUMMARISER_APP}",
+        autocommit=True)
+    try:
+        while True:
+            await summarise(conn, ranges)
+            await asyncio.sleep(seconds)
+    finally:
+        await conn.close()
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 async def run_shards(args: argparse.Namespace, on_first_cycles) -> list[dict]:
@@ -339,6 +431,25 @@ async def run_shards(args: argparse.Namespace, on_first_cycles) -> list[dict]:
             for out, c in zip(outs, children, strict=True)]
 
 
+@contextlib.asynccontextmanager
+async def autovacuum_stand_ins(database: str, ranges: list[list], vacuum: bool):
+    """While ingest runs: its BRIN ranges summarised every 5 s and, where the server's
+    autovacuum is off, tables vacuumed as it would every minute (tests/bench/autovacuum.py)."""
+    summariser = asyncio.create_task(summarise_every(database, ranges, 5.0))
+    stand_in = autovacuum.StandIn(
+        f"host=127.0.0.1 dbname={database} application_name={SUMMARISER_APP}", 60.0) \
+        if vacuum else None
+    if stand_in is not None:
+        stand_in.start()
+    try:
+        yield
+    finally:
+        summariser.cancel()
+        await asyncio.gather(summariser, return_exceptions=True)
+        if stand_in is not None:
+            await asyncio.to_thread(stand_in.stop)
+
+
 async def drive(args: argparse.Namespace, agents: list[FleetAgent], server_pid: int) -> dict:
     t = time.monotonic()
     await loadgen.register(agents, args.port)
@@ -351,7 +462,8 @@ async def drive(args: argparse.Namespace, agents: list[FleetAgent], server_pid: 
         a, args.port, 1.0, until, measure_from, results,
         samples_per_batch=args.samples_per_batch)) for a in agents]
     await asyncio.sleep(args.warmup)
-    applications = {INGEST_APP: "postgres: ingest"} | {
+    applications = {INGEST_APP: "postgres: ingest",
+                    SUMMARISER_APP: "postgres: autovacuum's stand-in"} | {
         f"pitwall-bench-shard-{i}": f"postgres: shard {i}" for i in range(args.shards)}
     window: dict = {}
 
@@ -373,6 +485,12 @@ async def drive(args: argparse.Namespace, agents: list[FleetAgent], server_pid: 
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return {"shards": shards, "measured": measured, "window": window, "results": results}
+
+
+async def ingest_beside_shards(args, agents, server_pid: int, ranges: list[list],
+                               vacuum: bool) -> dict:
+    async with autovacuum_stand_ins(args.database, ranges, vacuum):
+        return await drive(args, agents, server_pid)
 
 
 def stored_in(start: float, end: float) -> dict[str, int]:
@@ -455,15 +573,20 @@ def combined(args: argparse.Namespace) -> dict:
     import django
 
     django.setup()
-    from django.db import connections
+    from django.db import connection, connections
 
     alerts_eval.forget_alerts()
+    vacuum = not autovacuum.server_autovacuum_on(connection)
     agents = fleet_agents(args.hosts)
+    end = datetime.fromisoformat(
+        json.loads(state_path(args.database).with_suffix(".state.json").read_text())["end"])
+    ranges = ingest_ranges(end)
     connections.close_all()
+    uvloop.run(summarise_now(args.database, ranges))  # earlier runs' rows, before the clock
     server_env = {**env, "PGAPPNAME": INGEST_APP}
     with harness.server(server_env, args.port, args.workers) as proc:
         # uvloop: the load generator shares the cores, its own loop should cost little
-        run = uvloop.run(drive(args, agents, proc.pid))
+        run = uvloop.run(ingest_beside_shards(args, agents, proc.pid, ranges, vacuum))
     window = run["window"]
     stored = stored_in(window["from_wall"], window["to_wall"])
     shards = [{"figures": {"shard": s["shard"], **cycle_figures(s["cycles"])},
