@@ -65,6 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--baseline-database", default="test_pw_ae1000")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the single evaluator's runs before and after")
+    parser.add_argument("--shards-only", action="store_true",
+                        help="the shards side by side without ingest (what ingest adds)")
     parser.add_argument("--port", type=int, default=18766)
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/scale_out.json")
     return parser.parse_args(argv)
@@ -450,7 +452,9 @@ async def autovacuum_stand_ins(database: str, ranges: list[list], vacuum: bool):
             await asyncio.to_thread(stand_in.stop)
 
 
-async def drive(args: argparse.Namespace, agents: list[FleetAgent], server_pid: int) -> dict:
+async def drive(args: argparse.Namespace, agents: list[FleetAgent],
+                server_pid: int | None) -> dict:
+    """The agents (none with ``--shards-only``) and, after the warm-up, the shards."""
     t = time.monotonic()
     await loadgen.register(agents, args.port)
     print(f"{len(agents)} agents registered in {time.monotonic() - t:.1f} s", flush=True)
@@ -461,15 +465,16 @@ async def drive(args: argparse.Namespace, agents: list[FleetAgent], server_pid: 
     tasks = [asyncio.create_task(loadgen.run_agent(
         a, args.port, 1.0, until, measure_from, results,
         samples_per_batch=args.samples_per_batch)) for a in agents]
-    await asyncio.sleep(args.warmup)
+    await asyncio.sleep(args.warmup if agents else 0.0)
     applications = {INGEST_APP: "postgres: ingest",
                     SUMMARISER_APP: "postgres: autovacuum's stand-in"} | {
         f"pitwall-bench-shard-{i}": f"postgres: shard {i}" for i in range(args.shards)}
     window: dict = {}
 
     async def on_first_cycles(shard_procs: list[psutil.Process]) -> None:
-        processes = {"ingest server": harness.process_tree(server_pid),
-                     "load generator": [psutil.Process()]}
+        processes = {"load generator": [psutil.Process()]}
+        if server_pid is not None:
+            processes["ingest server"] = harness.process_tree(server_pid)
         processes |= {f"shard {i}": [p] for i, p in enumerate(shard_procs)}
         window["meter"] = ComponentMeter(args.database, processes, applications)
         await window["meter"].start()
@@ -567,6 +572,11 @@ def verdict(shards: list[dict], baseline: list[dict]) -> dict:
                for s in shards}}
 
 
+def shard_figures(shards: list[dict]) -> list[dict]:
+    return [{"figures": {"shard": s["shard"], **cycle_figures(s["cycles"])},
+             "cycles": s["cycles"]} for s in shards]
+
+
 def combined(args: argparse.Namespace) -> dict:
     env = env_for(args.database)
     harness.use_bench_database(env)
@@ -583,15 +593,16 @@ def combined(args: argparse.Namespace) -> dict:
     ranges = ingest_ranges(end)
     connections.close_all()
     uvloop.run(summarise_now(args.database, ranges))  # earlier runs' rows, before the clock
+    if args.shards_only:
+        run = uvloop.run(drive(args, [], None))
+        return {"measured": run["measured"], "shards": shard_figures(run["shards"]), "ingest": {}}
     server_env = {**env, "PGAPPNAME": INGEST_APP}
     with harness.server(server_env, args.port, args.workers) as proc:
         # uvloop: the load generator shares the cores, its own loop should cost little
         run = uvloop.run(ingest_beside_shards(args, agents, proc.pid, ranges, vacuum))
     window = run["window"]
     stored = stored_in(window["from_wall"], window["to_wall"])
-    shards = [{"figures": {"shard": s["shard"], **cycle_figures(s["cycles"])},
-               "cycles": s["cycles"]} for s in run["shards"]]
-    return {"measured": run["measured"], "shards": shards,
+    return {"measured": run["measured"], "shards": shard_figures(run["shards"]),
             "ingest": ingest_figures(args, run["results"], window, stored)}
 
 
