@@ -25,9 +25,10 @@ and the parent each shard's median, to set beside one evaluator over half the ho
 
     python -m tests.bench.alerts_eval --hosts 2000 --side-by-side 2
 
-``--pace S`` starts a cycle every S seconds, as beat's tick does (a cycle that runs longer is
-followed at once), instead of back to back: the machine's idle time between cycles is then the
-deployment's (tests/bench/scale_out.py runs the shards so beside live ingest).
+``--pace S`` starts each cycle on a tick, every S seconds of the wall clock (``--phase P``
+seconds past), as beat's tick starts them, instead of back to back: a cycle that runs past a
+tick waits for the next one, and the machine's idle time between cycles is the deployment's
+(tests/bench/scale_out.py runs the shards so beside live ingest).
 """
 
 from __future__ import annotations
@@ -73,8 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the cycles of evaluator shard I of N only, from none of its "
                              "alerts (no previews, no dispatch)")
     parser.add_argument("--pace", type=float, default=0.0, metavar="S",
-                        help="a cycle every S seconds (the evaluation interval), not back to "
-                             "back")
+                        help="a cycle on each tick of S seconds (the evaluation interval), not "
+                             "back to back")
+    parser.add_argument("--phase", type=float, default=0.0, metavar="P",
+                        help="with --pace: the ticks fall P seconds past each multiple of S")
     parser.add_argument("--out", type=Path, default=harness.ROOT / "var/bench/alerts_eval.json")
     return parser.parse_args(argv)
 
@@ -216,7 +219,15 @@ def _threshold(metric, rng: random.Random, quiet: bool = False) -> float:
     return 10**7  # quiet, as most rules are most of the time
 
 
-def measure(end: datetime, cycles: int, shard: str = "", pace: float = 0.0) -> list[dict]:
+def wait_for_tick(pace: float, phase: float = 0.0) -> None:
+    """Sleep until the wall clock's next instant ``phase`` seconds past a multiple of
+    ``pace`` (at once without a pace): processes started apart tick together."""
+    if pace > 0:
+        time.sleep((phase - time.time()) % pace)
+
+
+def measure(end: datetime, cycles: int, shard: str = "", pace: float = 0.0,
+            phase: float = 0.0) -> list[dict]:
     from django.db import connection
 
     from controlplane.alerts.evaluate import STORES, evaluate
@@ -234,7 +245,7 @@ def measure(end: datetime, cycles: int, shard: str = "", pace: float = 0.0) -> l
     out = []
     for i in range(cycles):
         now = end - timedelta(seconds=10 * (cycles - 1 - i))
-        started = time.monotonic()
+        wait_for_tick(pace, phase)
         meter.start()
         cpu, wall = time.process_time(), time.perf_counter()
         result = evaluate(now, shard=part)
@@ -246,8 +257,7 @@ def measure(end: datetime, cycles: int, shard: str = "", pace: float = 0.0) -> l
                     "rss_mb": round(psutil.Process().memory_info().rss / 2**20),
                     "slices_mb": round(sum(s.nbytes() for s in STORES[part].values()) / 2**20)})
         print(f"  cycle {i}: {out[-1]}", flush=True)
-        # the last cycle's slot too: a paced run lasts a whole number of intervals
-        time.sleep(max(0.0, started + pace - time.monotonic()))
+    wait_for_tick(pace, phase)  # the last cycle's interval too: paced, a run lasts whole ones
     connection.close()
     return out
 
@@ -334,17 +344,19 @@ def measure_shard(args: argparse.Namespace, load: dict) -> int:
     index, n = map(int, args.shard.split("/"))
     Alert.objects.annotate(part=Mod(Coalesce("host_id", 0), n)).filter(part=index).delete()
     ShardClaim.objects.filter(shards=n, index=index).delete()
-    cycles = measure(datetime.fromisoformat(load["end"]), args.cycles, args.shard, args.pace)
+    cycles = measure(datetime.fromisoformat(load["end"]), args.cycles, args.shard, args.pace,
+                     args.phase)
     print("SHARD " + json.dumps({"shard": args.shard, "cycles": cycles}), flush=True)
     return 0
 
 
-def shard_command(args: argparse.Namespace, index: int, n: int) -> tuple[list[str], dict]:
+def shard_command(args: argparse.Namespace, index: int, n: int,
+                  phase: float = 0.0) -> tuple[list[str], dict]:
     """The command and environment of shard ``index`` of ``n``'s process: its PostgreSQL
     sessions carry its own application_name, so their CPU is counted apart."""
     argv = [sys.executable, "-m", "tests.bench.alerts_eval", "--reuse", "--cycles",
-            str(args.cycles), "--pace", str(args.pace), "--shard", f"{index}/{n}", "--out",
-            str(args.out)]
+            str(args.cycles), "--pace", str(args.pace), "--phase", str(phase), "--shard",
+            f"{index}/{n}", "--out", str(args.out)]
     return argv, {**os.environ, "PGAPPNAME": f"pitwall-bench-shard-{index}"}
 
 
@@ -417,7 +429,7 @@ def main(argv=None) -> int:
     print(f"{report['rules']} rules, {args.cycles} cycles:", flush=True)
     if args.side_by_side > 1:
         return side_by_side(args, report)
-    report["cycles"] = measure(end, args.cycles, pace=args.pace)
+    report["cycles"] = measure(end, args.cycles, pace=args.pace, phase=args.phase)
     report["previews"] = measure_previews(end)
     report["dispatch"] = measure_dispatch(end)
     steady = report["cycles"][1:] or report["cycles"]

@@ -65,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--baseline-database", default="test_pw_ae1000")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the single evaluator's runs before and after")
+    parser.add_argument("--stagger", action="store_true",
+                        help="shard I's ticks I/N of an interval after shard 0's, not with "
+                             "them (not what beat's broadcast does today)")
     parser.add_argument("--shards-only", action="store_true",
                         help="the shards side by side without ingest (what ingest adds)")
     parser.add_argument("--port", type=int, default=18766)
@@ -406,7 +409,9 @@ async def run_shards(args: argparse.Namespace, on_first_cycles) -> list[dict]:
                                       str(args.pace), "--out", str(state_path(args.database))])
     children = []
     for i in range(args.shards):
-        argv, env = alerts_eval.shard_command(ae_args, i, args.shards)
+        # together on beat's broadcast tick, or --stagger: spread over the interval
+        phase = i * args.pace / args.shards if args.stagger else 0.0
+        argv, env = alerts_eval.shard_command(ae_args, i, args.shards, phase)
         children.append(await asyncio.create_subprocess_exec(
             *argv, cwd=harness.ROOT, env={**env_for(args.database), **env,
                                           "PITWALL_BENCH_DB": args.database},
@@ -472,6 +477,8 @@ async def drive(args: argparse.Namespace, agents: list[FleetAgent],
     window: dict = {}
 
     async def on_first_cycles(shard_procs: list[psutil.Process]) -> None:
+        # from shard 0's next tick: the window holds whole intervals
+        await asyncio.sleep(-time.time() % args.pace if args.pace > 0 else 0.0)
         processes = {"load generator": [psutil.Process()]}
         if server_pid is not None:
             processes["ingest server"] = harness.process_tree(server_pid)
