@@ -47,7 +47,9 @@ def scenario_db(django_db_setup, django_db_blocker):
 @pytest.fixture
 def service_stack(empty_samples, tmp_path, settings, vllm_install):
     """A service's stack on this host (service_stack.py): the staff API client, the agent and
-    the controller. A stall is judged over 5 s and each replica of a rollout checked for 30 s.
+    the controller. A stall is judged over 5 s and each replica of a rollout checked for 15 s
+    (after its 15-s settle): the check's errors decide here (below), and a window that holds
+    too few requests for a p99 (rollouts.MIN_REQUESTS a side) is extended by the check itself.
 
     The rollout's latency guard is wide (a p99 may read ten times the unchanged replica's):
     two CPU replicas sharing this machine's two cores with the control plane, the agent, the
@@ -57,7 +59,7 @@ def service_stack(empty_samples, tmp_path, settings, vllm_install):
     with nothing else running read equal (ITL p99 24.6 ms both). Here the check's errors
     decide; its latency judgement is tested on simulated engines (tests/fleet/test_rollouts.py).
     """
-    settings.PITWALL = {**settings.PITWALL, "SERVICE_STALL_S": 5, "ROLLOUT_CHECK_S": 30,
+    settings.PITWALL = {**settings.PITWALL, "SERVICE_STALL_S": 5, "ROLLOUT_CHECK_S": 15,
                         "ROLLOUT_LATENCY_GUARD": 9.0}
     server, agent, controller = start_stack(tmp_path, str(vllm_install.vllm))
     yield staff_api(), agent, controller
