@@ -3,7 +3,7 @@
 - the spool's disk full: the control plane down while every agent's spool sits on a tmpfs of
   its own that fills; the agents keep the newest batches, count the ones they evict, report
   them when the server is back (fleet_host.spool_evicted_*); everything else is stored.
-- clock skew: agents whose clock is twice the server's allowed skew ahead of the server's
+- clock skew: agents whose clock is 30 s past the server's allowed skew ahead of the server's
   (faketime) and agents as far behind. Ahead: refused as "clock" until the server's clock
   reaches them, kept in the spool meanwhile (delayed by the skew less the allowance, not lost);
   then restarted with the right clock, their spools are delivered as the server's clock
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.transport import CLOCK_SKEW_WARN_S
 from tests.faults.harness import (
     Agent,
     Fleet,
@@ -42,8 +43,13 @@ pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
 DOWN_S = float(os.environ.get("PITWALL_FAULT_AGENT_DOWN_S", 60))
 SPOOL_DISK = os.environ.get("PITWALL_FAULT_SPOOL_DISK", "96k")  # each agent's tmpfs
 # The server's allowed skew (PITWALL_MAX_CLOCK_SKEW_S) in the clock case, and the agents'.
+# The agents' must pass both the allowance (else nothing is refused) and the skew the agent
+# warns of (CLOCK_SKEW_WARN_S, 60 s: each agent must say it once), with room for the Date
+# header's whole seconds. Past that its size proves nothing more, and every second of it is
+# waited twice: before the first ahead sample is stored, and for the held ones at the end.
 ALLOWED_SKEW_S = int(os.environ.get("PITWALL_FAULT_ALLOWED_SKEW_S", 60))
-SKEW_S = int(os.environ.get("PITWALL_FAULT_CLOCK_SKEW_S", 2 * ALLOWED_SKEW_S))
+SKEW_S = int(os.environ.get("PITWALL_FAULT_CLOCK_SKEW_S",
+                            max(ALLOWED_SKEW_S, CLOCK_SKEW_WARN_S) + 30))
 # Long enough for the ahead agents' batches to reach the server's window.
 SKEW_RUN_S = float(os.environ.get("PITWALL_FAULT_CLOCK_RUN_S",
                                   SKEW_S - ALLOWED_SKEW_S + 60))
@@ -136,6 +142,7 @@ def test_a_full_spool_disk_loses_only_what_the_agents_counted(stack: Stack, flee
 
 def test_clocks_off_past_the_allowed_skew_delay_or_misplace_samples_but_lose_none(
         stack: Stack, fleet: Fleet):
+    assert max(ALLOWED_SKEW_S, CLOCK_SKEW_WARN_S) < SKEW_S, "no refusal or no warning to see"
     ahead, behind = fleet.agents[::2], fleet.agents[1::2]
     for agent in ahead:
         with_clock(agent, SKEW_S)
@@ -225,7 +232,9 @@ def test_agents_sigkilled_while_spooling_deliver_every_spooled_batch(stack: Stac
             # This run has spooled a few batches of its own: it started and works.
             wait_until(lambda a=agent: a.spooled() > at_start[a.hostname] + 3 or not a.running(),
                        120, lambda a=agent: f"not spooling:\n{a.output()}", every=0.1)
-            time.sleep(rng.uniform(0.0, 1.0))
+            # At a random point of its write cycle (a batch each interval): later would only
+            # let it spool more batches of the same kind.
+            time.sleep(rng.uniform(0.0, agent.interval))
             if not agent.running():
                 not_running.append(f"{agent.hostname}:\n{agent.output()[-600:]}")
             agent.kill()
