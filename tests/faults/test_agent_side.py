@@ -40,7 +40,9 @@ from tests.faults.harness import (
 from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
-DOWN_S = float(os.environ.get("PITWALL_FAULT_AGENT_DOWN_S", 60))
+# The spool-disk case's outage: the disks fill after about 24 s (SPOOL_DISK at 1 Hz), and from
+# then on every batch evicts: the 16 s left are as many evictions an agent to account.
+DOWN_S = float(os.environ.get("PITWALL_FAULT_AGENT_DOWN_S", 40))
 SPOOL_DISK = os.environ.get("PITWALL_FAULT_SPOOL_DISK", "96k")  # each agent's tmpfs
 # The server's allowed skew (PITWALL_MAX_CLOCK_SKEW_S) in the clock case, and the agents'.
 # The agents' must pass both the allowance (else nothing is refused) and the skew the agent
