@@ -200,9 +200,16 @@ def every_tier_reaches_back():
             partitions.ensure(cursor, [first], tables, tier.period)
 
 
+def load_hour() -> datetime:
+    """10:00 UTC three days ago: the load's day is not whole two hours later, whatever time
+    the test runs (from 22:00, two hours later was the next day and the daily tier answered)."""
+    return datetime.combine((datetime.now(UTC) - timedelta(days=3)).date(),
+                            datetime.min.time(), UTC) + timedelta(hours=10)
+
+
 def test_30_days_read_the_partial_day_from_the_hourly_rollups(ingest, host_token,
                                                               every_tier_reaches_back):
-    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=3)
+    hour = load_hour()
     post(ingest, host_token, Load(hour.timestamp(), SECONDS,
                                   [EngineLoad("vllm:8000/0", [0, 1], 600.0)]))
     start_rollups_at(hour)
@@ -221,7 +228,7 @@ def test_30_days_read_the_partial_day_from_the_hourly_rollups(ingest, host_token
 
 def test_30_days_read_whole_days_from_the_daily_rollups(ingest, host_token,
                                                          every_tier_reaches_back):
-    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=3)
+    hour = load_hour()
     post(ingest, host_token, Load(hour.timestamp(), SECONDS,
                                   [EngineLoad("vllm:8000/0", [0, 1], 600.0)]))
     start_rollups_at(hour)
