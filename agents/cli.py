@@ -21,7 +21,7 @@ from agents.batch import BatchBuilder
 from agents.collectors.base import Warn, stderr_warn
 from agents.config import AgentConfig, ConfigError, build_parser, config_from_args
 from agents.control import ControlClient
-from agents.loop import Loop, Sampler, Sources, probe
+from agents.loop import Loop, Sampler, Sources, probe, samples_in_hold
 from agents.reconcile import EngineSet, Reconciler
 from agents.router.supervisor import RouterSupervisor
 from agents.spool import Spool
@@ -123,7 +123,7 @@ def samples_per_batch(config: AgentConfig, hold_s: float) -> int:
     """How many samples go in one batch (one request): those of the hold the server's last
     reply asked for (``hold_s``; 0 before the first reply, and while a page watches this
     host), at most ``--send-interval``'s; 1: each sample sent as it is taken."""
-    return max(1, round(min(hold_s, config.send_interval) / config.interval))
+    return samples_in_hold(hold_s, config.send_interval, config.interval)
 
 
 def _log_stop(builder: BatchBuilder, shipper: Shipper, spool: Spool) -> None:

@@ -200,6 +200,13 @@ class Sampler:
         return info
 
 
+def samples_in_hold(hold_s: float, cap_s: float, interval: float) -> int:
+    """How many samples one batch holds: those taken every ``interval`` over the hold the server
+    asks for (``hold_s``), at most ``cap_s`` (``--send-interval``); 1: each sample sent as it
+    is taken."""
+    return max(1, round(min(hold_s, cap_s) / interval))
+
+
 class Loop:
     """Ticks on a ``time.monotonic()`` deadline: a slow interval never shifts the next ones.
 

@@ -54,8 +54,8 @@ def test_applying_the_agents_inventories_adds_or_changes_none_of_the_fleets_rows
     alerts_eval.create_fleet(HOSTS)
     before = fleet_rows()
     for agent in scale_out.fleet_agents(HOSTS):
-        check_inventory(agent.inventory, "host")  # as ingest checks it, or a 400
-        apply_inventory(Host.objects.get(hostname=agent.hostname).id, agent.inventory)
+        check_inventory(agent.host, "host")  # as ingest checks it, or a 400
+        apply_inventory(Host.objects.get(hostname=agent.hostname).id, agent.host)
     assert fleet_rows() == before
 
 

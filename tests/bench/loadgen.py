@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from agents.loop import samples_in_hold
 from agents.protocol import to_columns
 from agents.spool import join_batches
 from agents.transport import asked_hold
@@ -70,9 +71,12 @@ def values_per_batch(gpus: int) -> dict[str, int]:
 class Agent:
     """One simulated agent: a boot id, a seq counter, a body template (protocol 1 or 2)."""
 
-    def __init__(self, hostname: str, token: str, gpus: int, protocol: int = 2) -> None:
+    def __init__(self, hostname: str, token: str, gpus: int, protocol: int = 2,
+                 host: dict | None = None) -> None:
+        """``host``: the inventory its first batch registers (default: ``gpus`` bench GPUs)."""
         self.hostname, self.token, self.gpus = hostname, token, gpus
         self.protocol = protocol
+        self.host = host or inventory(hostname, gpus)
         self.boot_id = str(uuid.uuid4())
         self.seq = 0
         self.hold_s = 0.0  # what the server's last reply asked (agents.transport.asked_hold)
@@ -82,7 +86,7 @@ class Agent:
 
     def first_body(self) -> bytes:
         self.seq += 1
-        body = self._v1(self.seq, [time.time()], inventory(self.hostname, self.gpus))
+        body = self._v1(self.seq, [time.time()], self.host)
         return orjson.dumps(self._wire(body))
 
     def _v1(self, seq: int, times: list[float], host: dict | None = None) -> dict:
@@ -193,10 +197,10 @@ async def post_once_more_if_stale(conn: Connection, token: str,
 def held_samples(agent: Agent, interval: float, samples_per_batch: int | None,
                  cap_s: float) -> int:
     """Samples in the agent's next batch: ``samples_per_batch`` if fixed, else those of the
-    hold the server's last reply asked for, at most ``cap_s`` (agents.cli.samples_per_batch)."""
+    hold the server's last reply asked for, at most ``cap_s``, as the agent counts them."""
     if samples_per_batch is not None:
         return samples_per_batch
-    return max(1, round(min(agent.hold_s, cap_s) / interval))
+    return samples_in_hold(agent.hold_s, cap_s, interval)
 
 
 async def run_agent(agent: Agent, port: int, interval: float, until: float,

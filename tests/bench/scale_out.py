@@ -38,7 +38,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import orjson
 import psutil
 import uvloop
 
@@ -185,25 +184,13 @@ def issue_tokens(host_ids: list[int]) -> dict[int, str]:
     return issued
 
 
-class FleetAgent(loadgen.Agent):
-    """The load generator's agent, registering with its host's own inventory."""
-
-    def __init__(self, hostname: str, token: str, inventory: dict) -> None:
-        super().__init__(hostname, token, len(inventory["gpus"]))
-        self.inventory = inventory
-
-    def first_body(self) -> bytes:
-        self.seq += 1
-        return orjson.dumps(self._wire(self._v1(self.seq, [time.time()],
-                                                        self.inventory)))
-
-
-def fleet_agents(hosts: int) -> list[FleetAgent]:
+def fleet_agents(hosts: int) -> list[loadgen.Agent]:
+    """An agent per host of the bench database, registering with the host's own inventory."""
     fleet = fleet_inventories()
     if len(fleet) != hosts:
         raise SystemExit(f"the bench database has {len(fleet)} hosts, not {hosts}")
     issued = issue_tokens([host_id for _, host_id, _ in fleet])
-    return [FleetAgent(hostname, issued[host_id], inventory)
+    return [loadgen.Agent(hostname, issued[host_id], len(inventory["gpus"]), host=inventory)
             for hostname, host_id, inventory in fleet]
 
 
@@ -457,7 +444,7 @@ async def autovacuum_stand_ins(database: str, ranges: list[list], vacuum: bool):
             await asyncio.to_thread(stand_in.stop)
 
 
-async def drive(args: argparse.Namespace, agents: list[FleetAgent],
+async def drive(args: argparse.Namespace, agents: list[loadgen.Agent],
                 server_pid: int | None) -> dict:
     """The agents (none with ``--shards-only``) and, after the warm-up, the shards."""
     t = time.monotonic()
